@@ -1,0 +1,69 @@
+//! The pipeline file (`ubik run -f pipeline.toml`): everything the flags
+//! say, in TOML. Unknown keys and wrong types are errors with the line.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow};
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    pub query: Option<String>,
+    pub query_file: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub schema: Option<String>,
+    pub schema_file: Option<String>,
+    pub checkpoint: Option<String>,
+    pub checkpoint_interval: Option<String>,
+    pub checkpoint_every: Option<u64>,
+    pub emit: Option<String>,
+    pub on_error: Option<String>,
+    pub dlq: Option<String>,
+    pub lateness: Option<String>,
+    pub retention: Option<String>,
+    pub emit_interval: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_future: Option<String>,
+    pub event_time: Option<String>,
+    pub batch_size: Option<usize>,
+    pub metrics: Option<String>,
+    /// librdkafka properties.
+    #[serde(default)]
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl PipelineFile {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+        let mut file: PipelineFile = toml::from_str(&text)
+            .map_err(|e| anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(q) = &file.query_file {
+            if file.query.is_some() {
+                return Err(anyhow!(
+                    "{}: give either query or query_file, not both",
+                    path.display()
+                ));
+            }
+            let p = base.join(q);
+            file.query = Some(
+                std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read query_file {}", p.display()))?,
+            );
+        }
+        if let Some(s) = &file.schema_file {
+            if file.schema.is_some() {
+                return Err(anyhow!(
+                    "{}: give either schema or schema_file, not both",
+                    path.display()
+                ));
+            }
+            file.schema = Some(format!("@{}", base.join(s).display()));
+        }
+        Ok(file)
+    }
+}

@@ -1,0 +1,26 @@
+//! # ubik-engine
+//!
+//! The compute core of ubik: SQL planning on DataFusion, window assignment,
+//! incremental aggregation with one accumulator state per (group, window),
+//! per-partition watermarks, the changelog of upserts and tombstones, and the
+//! checkpoint format. It reads Arrow batches and writes Arrow batches; it
+//! depends on no I/O client (Kafka, HTTP and files live in connector crates).
+
+pub mod accumulate;
+pub mod checkpoint;
+pub mod connector;
+pub mod error;
+pub mod operator;
+pub mod plan;
+pub mod progress;
+pub mod query;
+pub mod sql;
+pub mod state;
+pub mod time;
+
+pub use checkpoint::QuerySnapshot;
+pub use error::{EngineError, Result};
+pub use operator::{ChangeBatch, Output, Reject, RejectReason};
+pub use plan::{QueryOptions, QueryPlan};
+pub use query::Query;
+pub use sql::{Catalog, plan_query};

@@ -1,0 +1,155 @@
+//! Streaming operators: each takes stamped input batches, reacts to the
+//! global watermark, and snapshots its state for checkpoints.
+
+pub mod continuous;
+pub mod emit;
+pub mod eval;
+pub mod session;
+
+pub mod window;
+
+use arrow::array::{BooleanArray, Int64Array, RecordBatch};
+
+use crate::error::Result;
+
+/// A batch of result rows: upserts, or tombstones where `deletes` is true.
+#[derive(Debug, Clone)]
+pub struct ChangeBatch {
+    /// Rows in the query's output schema. For a tombstone only the key columns matter.
+    pub rows: RecordBatch,
+    /// `true` marks a retraction of the row's key. `None`: all upserts/appends.
+    pub deletes: Option<BooleanArray>,
+    /// Record timestamps (µs since epoch): the window end for windowed
+    /// queries, the max event time folded in for continuous ones, the row's
+    /// event time for pass-through queries. Null where there is none.
+    pub timestamps: Int64Array,
+}
+
+impl ChangeBatch {
+    pub fn num_rows(&self) -> usize {
+        self.rows.num_rows()
+    }
+    pub fn is_delete(&self, i: usize) -> bool {
+        self.deletes.as_ref().is_some_and(|d| d.value(i))
+    }
+}
+
+/// Why an input row was set aside instead of being aggregated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The row's window closed longer ago than the retention bound.
+    TooLate { window_end: i64, watermark: i64 },
+    /// The event-time column is null.
+    NullEventTime,
+    /// The event time is further ahead of the wall clock than allowed.
+    FutureEventTime { event_time: i64, limit: i64 },
+}
+
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ts = |t: i64| {
+            let mut b = Vec::new();
+            crate::time::write_rfc3339_micros(&mut b, t);
+            String::from_utf8(b).unwrap_or_default()
+        };
+        match self {
+            RejectReason::TooLate {
+                window_end,
+                watermark,
+            } => write!(
+                f,
+                "late row: its window ended at {} and the watermark ({}) is past the end plus the retention bound",
+                ts(*window_end),
+                ts(*watermark)
+            ),
+            RejectReason::NullEventTime => write!(f, "the event-time column is null"),
+            RejectReason::FutureEventTime { event_time, limit } => write!(
+                f,
+                "event time {} is too far in the future (limit {}); raise --max-future if the clock is right",
+                ts(*event_time),
+                ts(*limit)
+            ),
+        }
+    }
+}
+
+impl RejectReason {
+    /// A short machine-readable code (dead-letter headers, metrics labels).
+    pub fn code(&self) -> &'static str {
+        match self {
+            RejectReason::TooLate { .. } => "late",
+            RejectReason::NullEventTime => "null_event_time",
+            RejectReason::FutureEventTime { .. } => "future_event_time",
+        }
+    }
+}
+
+/// A rejected input row: `row` indexes the batch given to `Query::process`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reject {
+    pub partition: u32,
+    pub row: usize,
+    pub reason: RejectReason,
+}
+
+/// What processing produced: result changes in emission order, and rejects.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub changes: Vec<ChangeBatch>,
+    pub rejects: Vec<Reject>,
+}
+
+impl Output {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.rejects.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.changes.clear();
+        self.rejects.clear();
+    }
+    pub fn num_changes(&self) -> usize {
+        self.changes.iter().map(|c| c.num_rows()).sum()
+    }
+}
+
+/// Input rows of one source partition, after `WHERE` and event-time checks.
+pub struct StampedBatch {
+    pub partition: u32,
+    /// Source-schema rows.
+    pub batch: RecordBatch,
+    /// Each row's event time (µs), or its ordinal when the query has none.
+    pub times: Vec<i64>,
+    /// Each row's stamp: its partition's watermark just before the row. A
+    /// row is judged late against its own partition's progress, so whether
+    /// it is late never depends on how partitions interleave.
+    pub stamps: Vec<i64>,
+    /// Index of each row in the batch given to `Query::process`.
+    pub origin: Vec<u32>,
+}
+
+/// One operator's state, as Arrow batches plus a small JSON document.
+#[derive(Debug, Default)]
+pub struct OperatorSnapshot {
+    pub batches: Vec<(String, RecordBatch)>,
+    pub meta: serde_json::Value,
+}
+
+/// The streaming operator interface.
+///
+/// Contract: the records an operator emits, and their order, are a pure
+/// function of each partition's sequence of (stamped) rows; batch boundaries,
+/// how partitions interleave, and snapshot/restore points never change them.
+pub trait Operator: Send {
+    /// Folds a batch in. Emits only rejects; results wait for the watermark.
+    fn process_batch(&mut self, input: StampedBatch, out: &mut Output) -> Result<()>;
+    /// The global watermark advanced to `watermark`: emit what it closes, in order.
+    fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
+    /// The operator's state for a checkpoint (taken between batches).
+    fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot>;
+    /// Restores a fresh operator from [`Self::handle_checkpoint`]'s output.
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()>;
+    /// Approximate bytes of state held.
+    fn state_size(&self) -> usize;
+    /// Number of keyed states (groups) held.
+    fn state_keys(&self) -> usize;
+}

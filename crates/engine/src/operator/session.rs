@@ -1,0 +1,665 @@
+//! SESSION windows: per group, runs of rows no more than `gap` apart. A
+//! session is keyed by (group, session start), spans `[start, last + gap)`,
+//! and is emitted when the watermark passes its end. A late row can extend a
+//! session or bridge two of them; then the merged session is re-emitted and
+//! keys that no longer exist (an older start) are retracted with tombstones.
+//!
+//! Because sessions merge, the state at any moment depends on which rows
+//! were folded in, so (as for continuous queries) rows are queued by the
+//! emit-grid point after their stamp and folded in only when the global
+//! watermark passes that point: every session's history is the same however
+//! partitions interleave.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, UInt32Array,
+};
+use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+
+use super::emit::{Emitter, StageRows};
+use super::eval::AggEvaluator;
+use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBatch};
+use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
+use crate::error::{EngineError, Result};
+use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
+use crate::state::interner::Interner;
+use crate::time::next_tick;
+
+#[derive(Debug, Clone)]
+struct Session {
+    group: usize,
+    start: i64,
+    /// Exclusive end: last event time + gap.
+    end: i64,
+    closed: bool,
+    /// The start under which this session's row is visible downstream.
+    visible_as: Option<i64>,
+    /// Older starts of merged sessions still visible downstream.
+    retract: BTreeSet<i64>,
+    live: bool,
+}
+
+struct Pending {
+    partition: u32,
+    batch: RecordBatch,
+    times: Vec<i64>,
+}
+
+pub struct SessionOperator {
+    gap: i64,
+    retention: i64,
+    grid: i64,
+    eval: AggEvaluator,
+    emitter: Emitter,
+    specs: Vec<AggregateSpec>,
+    source_schema: SchemaRef,
+    groups: Interner,
+    /// Session ids per group, any order.
+    by_group: Vec<Vec<usize>>,
+    /// Sessions; the index is also the accumulator slot.
+    sessions: Vec<Session>,
+    free: Vec<usize>,
+    accs: Vec<Box<dyn StreamAccumulator>>,
+    /// Slots the accumulators have been sized for; newer slots have no state yet.
+    acc_groups: usize,
+    /// Open sessions by end.
+    open_by_end: BTreeSet<(i64, usize)>,
+    /// Closed (emitted, retained) sessions by end.
+    closed_by_end: BTreeSet<(i64, usize)>,
+    /// Sessions changed since their last emission.
+    dirty: BTreeSet<usize>,
+    pending: BTreeMap<i64, Vec<Pending>>,
+}
+
+impl SessionOperator {
+    pub fn new(
+        plan: &AggregatePlan,
+        options: &QueryOptions,
+        emitter: Emitter,
+        source_schema: SchemaRef,
+    ) -> Result<Self> {
+        let Some(WindowSpec::Session { gap }) = plan.window else {
+            return Err(EngineError::internal("session operator without SESSION"));
+        };
+        Ok(Self {
+            gap,
+            retention: options.retention_us.max(0),
+            grid: options.emit_interval_us.max(1),
+            eval: AggEvaluator::new(plan),
+            emitter,
+            specs: plan.aggregates.clone(),
+            source_schema,
+            groups: Interner::new(&plan.group_fields)?,
+            by_group: Vec::new(),
+            sessions: Vec::new(),
+            free: Vec::new(),
+            accs: plan
+                .aggregates
+                .iter()
+                .map(create_accumulator)
+                .collect::<Result<Vec<_>>>()?,
+            acc_groups: 0,
+            open_by_end: BTreeSet::new(),
+            closed_by_end: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+            pending: BTreeMap::new(),
+        })
+    }
+
+    fn unindex(&mut self, id: usize) {
+        let s = &self.sessions[id];
+        if s.closed {
+            self.closed_by_end.remove(&(s.end, id));
+        } else {
+            self.open_by_end.remove(&(s.end, id));
+        }
+    }
+
+    fn index(&mut self, id: usize) {
+        let s = &self.sessions[id];
+        if s.closed {
+            self.closed_by_end.insert((s.end, id));
+        } else {
+            self.open_by_end.insert((s.end, id));
+        }
+    }
+
+    fn new_session(&mut self, group: usize, start: i64, end: i64) -> usize {
+        let s = Session {
+            group,
+            start,
+            end,
+            closed: false,
+            visible_as: None,
+            retract: BTreeSet::new(),
+            live: true,
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.sessions[id] = s;
+                id
+            }
+            None => {
+                self.sessions.push(s);
+                self.sessions.len() - 1
+            }
+        };
+        if self.by_group.len() <= group {
+            self.by_group.resize(group + 1, Vec::new());
+        }
+        self.by_group[group].push(id);
+        self.open_by_end.insert((end, id));
+        id
+    }
+
+    /// Extends session `id` to cover `[start, end)`, reopening it if its end
+    /// moved past what was emitted.
+    fn extend(&mut self, id: usize, start: i64, end: i64) {
+        self.unindex(id);
+        let s = &mut self.sessions[id];
+        s.start = s.start.min(start);
+        s.end = s.end.max(end);
+        self.index(id);
+    }
+
+    /// Merges session `from` into `into` (both of one group): state, range,
+    /// and the keys `from` left visible downstream.
+    fn merge_into(&mut self, from: usize, into: usize, total: usize) -> Result<()> {
+        // A slot created in the current batch has no accumulated state yet:
+        // its rows are redirected to `into` when the batch is folded.
+        if from < self.acc_groups {
+            for acc in self.accs.iter_mut() {
+                let st = acc.state(&[from])?;
+                acc.merge(&st, &[into], total)?;
+                acc.reset(&[from])?;
+            }
+        }
+        let f = self.sessions[from].clone();
+        self.unindex(from);
+        self.unindex(into);
+        let t = &mut self.sessions[into];
+        t.start = t.start.min(f.start);
+        t.end = t.end.max(f.end);
+        if let Some(v) = f.visible_as {
+            t.retract.insert(v);
+        }
+        t.retract.extend(f.retract);
+        // Merged with an open session, the result is open until it ends.
+        t.closed = t.closed && f.closed;
+        self.index(into);
+        self.sessions[from].live = false;
+        self.by_group[f.group].retain(|&x| x != from);
+        self.dirty.remove(&from);
+        self.dirty.insert(into);
+        Ok(())
+    }
+
+    fn fold(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<()> {
+        let keys = self.eval.keys(batch)?;
+        let inputs = self.eval.inputs(batch)?;
+        let mut gids = Vec::new();
+        self.groups.intern(&keys, batch.num_rows(), &mut gids)?;
+        let mut slots = Vec::with_capacity(gids.len());
+        let mut freed = Vec::new();
+        for (i, &g) in gids.iter().enumerate() {
+            let t = times[i];
+            let (lo, hi) = (t, t.saturating_add(self.gap));
+            let mut hits: Vec<usize> = self
+                .by_group
+                .get(g)
+                .map(|ids| {
+                    ids.iter()
+                        .copied()
+                        .filter(|&id| {
+                            let s = &self.sessions[id];
+                            lo < s.end && s.start < hi
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let id = match hits.len() {
+                0 => self.new_session(g, lo, hi),
+                _ => {
+                    // Merge into the earliest session, so the choice does not
+                    // depend on slot numbers.
+                    hits.sort_by_key(|&id| (self.sessions[id].start, id));
+                    let target = hits[0];
+                    let total = self.sessions.len();
+                    for &other in &hits[1..] {
+                        self.merge_into(other, target, total)?;
+                        freed.push(other);
+                    }
+                    self.extend(target, lo, hi);
+                    target
+                }
+            };
+            self.dirty.insert(id);
+            slots.push(id);
+        }
+        // Rows assigned to a session that merged away later in this batch follow it.
+        if !freed.is_empty() {
+            for slot in slots.iter_mut() {
+                while !self.sessions[*slot].live {
+                    let s = &self.sessions[*slot];
+                    let g = s.group;
+                    let (start, end) = (s.start, s.end);
+                    *slot = self.by_group[g]
+                        .iter()
+                        .copied()
+                        .find(|&id| {
+                            let o = &self.sessions[id];
+                            o.start <= start && o.end >= end
+                        })
+                        .ok_or_else(|| EngineError::internal("merged session lost"))?;
+                }
+            }
+        }
+        let total = self.sessions.len();
+        for (j, acc) in self.accs.iter_mut().enumerate() {
+            acc.update(&inputs.args[j], &slots, inputs.filters[j].as_ref(), total)?;
+        }
+        self.acc_groups = total;
+        for id in freed {
+            if !self.free.contains(&id) {
+                self.free.push(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits closed sessions that changed, at grid point `x`.
+    fn emit(&mut self, x: i64, out: &mut Output) -> Result<()> {
+        // Sessions whose end the watermark passed close now.
+        let closing: Vec<usize> = self
+            .open_by_end
+            .range(..=(x, usize::MAX))
+            .map(|&(_, id)| id)
+            .collect();
+        for id in closing {
+            self.unindex(id);
+            self.sessions[id].closed = true;
+            self.index(id);
+            self.dirty.insert(id);
+        }
+        // A late row that pushed a closed session's end past the watermark
+        // reopens it: it is emitted again when it ends.
+        let reopen: Vec<usize> = self
+            .dirty
+            .iter()
+            .copied()
+            .filter(|&id| self.sessions[id].closed && self.sessions[id].end > x)
+            .collect();
+        for id in reopen {
+            self.unindex(id);
+            self.sessions[id].closed = false;
+            self.index(id);
+        }
+        let ready: Vec<usize> = self
+            .dirty
+            .iter()
+            .copied()
+            .filter(|&id| self.sessions[id].closed)
+            .collect();
+        if ready.is_empty() {
+            return Ok(());
+        }
+        for &id in &ready {
+            self.dirty.remove(&id);
+        }
+        // Rows: the upsert of each session, then tombstones of stale keys.
+        let mut row_session = Vec::new();
+        let mut starts = Vec::new();
+        let mut ends = Vec::new();
+        let mut visible = Vec::new();
+        let mut retract = Vec::new();
+        for &id in &ready {
+            let s = &self.sessions[id];
+            row_session.push(id);
+            starts.push(s.start);
+            ends.push(s.end);
+            visible.push(s.visible_as == Some(s.start));
+            retract.push(false);
+            let mut stale: BTreeSet<i64> = s.retract.clone();
+            if let Some(v) = s.visible_as.filter(|&v| v != s.start) {
+                stale.insert(v);
+            }
+            for old in stale {
+                row_session.push(id);
+                starts.push(old);
+                ends.push(s.end);
+                visible.push(true);
+                retract.push(true);
+            }
+        }
+        let group_of: Vec<usize> = row_session
+            .iter()
+            .map(|&id| self.sessions[id].group)
+            .collect();
+        let keys = self.groups.keys(&group_of)?;
+        let values = self
+            .accs
+            .iter_mut()
+            .map(|a| a.evaluate(&row_session))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = StageRows {
+            keys,
+            window: Some((starts.clone(), ends.clone())),
+            values,
+            timestamps: ends,
+            visible,
+            retract: retract.clone(),
+        };
+        let (batch, now_visible) = self.emitter.emit(rows)?;
+        out.changes.extend(batch);
+        for (i, &id) in row_session.iter().enumerate() {
+            if !retract[i] {
+                let s = &mut self.sessions[id];
+                s.visible_as = now_visible[i].then_some(starts[i]);
+                s.retract.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn evict(&mut self, watermark: i64) -> Result<()> {
+        let horizon = self.retention.saturating_add(self.grid);
+        let limit = watermark.saturating_sub(horizon);
+        let gone: Vec<usize> = self
+            .closed_by_end
+            .range(..=(limit, usize::MAX))
+            .map(|&(_, id)| id)
+            .filter(|id| !self.dirty.contains(id))
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        for acc in self.accs.iter_mut() {
+            acc.reset(&gone)?;
+        }
+        for &id in &gone {
+            self.unindex(id);
+            let g = self.sessions[id].group;
+            self.sessions[id].live = false;
+            self.by_group[g].retain(|&x| x != id);
+            self.free.push(id);
+        }
+        Ok(())
+    }
+
+    fn snapshot_schema(&self) -> Result<SchemaRef> {
+        let mut fields: Vec<FieldRef> = self
+            .groups
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(Field::new(format!("k{i}"), f.data_type().clone(), true)))
+            .collect();
+        for (name, dt) in [("start", DataType::Int64), ("end", DataType::Int64)] {
+            fields.push(Arc::new(Field::new(name, dt, false)));
+        }
+        fields.push(Arc::new(Field::new("closed", DataType::Boolean, false)));
+        fields.push(Arc::new(Field::new("dirty", DataType::Boolean, false)));
+        fields.push(Arc::new(Field::new("visible_as", DataType::Int64, true)));
+        fields.push(Arc::new(Field::new(
+            "retract",
+            DataType::List(Arc::new(Field::new_list_field(DataType::Int64, true))),
+            true,
+        )));
+        for (j, spec) in self.specs.iter().enumerate() {
+            for f in state_fields(spec)? {
+                fields.push(Arc::new(Field::new(
+                    format!("a{j}_{}", f.name()),
+                    f.data_type().clone(),
+                    true,
+                )));
+            }
+        }
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    fn pending_schema(&self) -> SchemaRef {
+        let mut fields: Vec<FieldRef> = self.source_schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new("__time", DataType::Int64, false)));
+        Arc::new(Schema::new(fields))
+    }
+}
+
+impl Operator for SessionOperator {
+    fn process_batch(&mut self, input: StampedBatch, out: &mut Output) -> Result<()> {
+        let n = input.batch.num_rows();
+        // A row whose own session would have ended more than the retention
+        // ago cannot join anything still kept: dead-letter it.
+        let mut keep = Vec::with_capacity(n);
+        for i in 0..n {
+            let end = input.times[i].saturating_add(self.gap);
+            if end.saturating_add(self.retention) <= input.stamps[i] {
+                out.rejects.push(Reject {
+                    partition: input.partition,
+                    row: input.origin[i] as usize,
+                    reason: RejectReason::TooLate {
+                        window_end: end,
+                        watermark: input.stamps[i],
+                    },
+                });
+            } else {
+                keep.push(i as u32);
+            }
+        }
+        let (batch, times, stamps) = if keep.len() == n {
+            (input.batch, input.times, input.stamps)
+        } else {
+            let idx = UInt32Array::from(keep.clone());
+            (
+                arrow::compute::take_record_batch(&input.batch, &idx)?,
+                keep.iter().map(|&i| input.times[i as usize]).collect(),
+                keep.iter()
+                    .map(|&i| input.stamps[i as usize])
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let m = batch.num_rows();
+        let mut start = 0;
+        while start < m {
+            let tick = next_tick(stamps[start], self.grid);
+            let mut end = start + 1;
+            while end < m && next_tick(stamps[end], self.grid) == tick {
+                end += 1;
+            }
+            self.pending.entry(tick).or_default().push(Pending {
+                partition: input.partition,
+                batch: batch.slice(start, end - start),
+                times: times[start..end].to_vec(),
+            });
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        // Grid points with rows, and the ends of open sessions, in order.
+        loop {
+            let next_rows = self.pending.keys().next().copied();
+            let next_close = self
+                .open_by_end
+                .iter()
+                .next()
+                .map(|&(end, _)| next_tick(end - 1, self.grid));
+            let next = match (next_rows, next_close) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            if next > watermark {
+                break;
+            }
+            if next_rows == Some(next) {
+                let mut list = self.pending.remove(&next).unwrap_or_default();
+                list.sort_by_key(|p| p.partition);
+                for p in &list {
+                    self.fold(&p.batch, &p.times)?;
+                }
+            }
+            self.emit(next, out)?;
+        }
+        self.evict(watermark)
+    }
+
+    fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
+        let live: Vec<usize> = (0..self.sessions.len())
+            .filter(|&id| self.sessions[id].live)
+            .collect();
+        let group_of: Vec<usize> = live.iter().map(|&id| self.sessions[id].group).collect();
+        let mut cols = self.groups.keys(&group_of)?;
+        let s = |f: &dyn Fn(&Session) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(
+                live.iter().map(|&id| f(&self.sessions[id])),
+            ))
+        };
+        cols.push(s(&|x| x.start));
+        cols.push(s(&|x| x.end));
+        cols.push(Arc::new(BooleanArray::from_iter(
+            live.iter().map(|&id| Some(self.sessions[id].closed)),
+        )));
+        cols.push(Arc::new(BooleanArray::from_iter(
+            live.iter().map(|&id| Some(self.dirty.contains(&id))),
+        )));
+        cols.push(Arc::new(Int64Array::from_iter(
+            live.iter().map(|&id| self.sessions[id].visible_as),
+        )));
+        cols.push(Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
+            live.iter().map(|&id| {
+                Some(
+                    self.sessions[id]
+                        .retract
+                        .iter()
+                        .map(|&v| Some(v))
+                        .collect::<Vec<_>>(),
+                )
+            }),
+        )));
+        for acc in self.accs.iter_mut() {
+            cols.extend(acc.state(&live)?);
+        }
+        let schema = self.snapshot_schema()?;
+        let cols = cols
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    arrow::compute::cast(&c, f.data_type())
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut batches = vec![(
+            "sessions".to_string(),
+            RecordBatch::try_new_with_options(
+                schema,
+                cols,
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len())),
+            )?,
+        )];
+        let pschema = self.pending_schema();
+        for (tick, list) in &self.pending {
+            for (i, p) in list.iter().enumerate() {
+                let mut c = p.batch.columns().to_vec();
+                c.push(Arc::new(Int64Array::from(p.times.clone())));
+                batches.push((
+                    format!("pending/{tick}/{i}/{}", p.partition),
+                    RecordBatch::try_new(Arc::clone(&pschema), c)?,
+                ));
+            }
+        }
+        Ok(OperatorSnapshot {
+            batches,
+            meta: serde_json::Value::Null,
+        })
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        for (name, batch) in snapshot.batches {
+            let parts: Vec<&str> = name.split('/').collect();
+            let bad = || EngineError::Checkpoint(format!("bad state entry {name}"));
+            match parts.as_slice() {
+                ["sessions"] => {
+                    let k = self.groups.fields().len();
+                    let n = batch.num_rows();
+                    let keys: Vec<ArrayRef> = batch.columns()[..k].to_vec();
+                    let mut gids = Vec::new();
+                    self.groups.intern(&keys, n, &mut gids)?;
+                    let col = |i: usize| batch.column(k + i);
+                    let start = col(0).as_primitive::<Int64Type>();
+                    let end = col(1).as_primitive::<Int64Type>();
+                    let closed = col(2).as_boolean();
+                    let dirty = col(3).as_boolean();
+                    let visible = col(4).as_primitive::<Int64Type>();
+                    let retract = col(5).as_list::<i32>();
+                    for (i, &gid) in gids.iter().enumerate().take(n) {
+                        let id = self.new_session(gid, start.value(i), end.value(i));
+                        if closed.value(i) {
+                            self.unindex(id);
+                            self.sessions[id].closed = true;
+                            self.index(id);
+                        }
+                        let s = &mut self.sessions[id];
+                        s.visible_as = visible.is_valid(i).then(|| visible.value(i));
+                        s.retract = retract
+                            .value(i)
+                            .as_primitive::<Int64Type>()
+                            .values()
+                            .iter()
+                            .copied()
+                            .collect();
+                        if dirty.value(i) {
+                            self.dirty.insert(id);
+                        }
+                    }
+                    let slots: Vec<usize> = (0..n).collect();
+                    let mut c = k + 6;
+                    for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
+                        let w = state_fields(spec)?.len();
+                        acc.merge(&batch.columns()[c..c + w], &slots, n)?;
+                        c += w;
+                    }
+                    self.acc_groups = n;
+                }
+                ["pending", tick, _, partition] => {
+                    let k = batch.num_columns() - 1;
+                    let times = batch
+                        .column(k)
+                        .as_primitive::<Int64Type>()
+                        .values()
+                        .to_vec();
+                    let rows = RecordBatch::try_new(
+                        Arc::clone(&self.source_schema),
+                        batch.columns()[..k].to_vec(),
+                    )?;
+                    self.pending
+                        .entry(tick.parse().map_err(|_| bad())?)
+                        .or_default()
+                        .push(Pending {
+                            partition: partition.parse().map_err(|_| bad())?,
+                            batch: rows,
+                            times,
+                        });
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> usize {
+        self.accs.iter().map(|a| a.size()).sum::<usize>()
+            + self.groups.size()
+            + self.sessions.capacity() * std::mem::size_of::<Session>()
+    }
+
+    fn state_keys(&self) -> usize {
+        self.sessions.iter().filter(|s| s.live).count()
+    }
+}

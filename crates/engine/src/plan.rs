@@ -1,0 +1,211 @@
+//! A compiled streaming query: the exact result schema and changelog key,
+//! and the physical expressions each operator evaluates per batch.
+//!
+//! Every expression before the aggregation is rewritten to read the source
+//! table's columns directly (projections and subqueries are folded in), so an
+//! operator evaluates `WHERE`, group keys and aggregate arguments straight on
+//! the decoded input batch, with no intermediate batches.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{FieldRef, SchemaRef};
+use datafusion_physical_expr::PhysicalExpr;
+use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
+
+use crate::time::MICROS_PER_SECOND;
+
+pub type PhysicalExprRef = Arc<dyn PhysicalExpr>;
+
+/// Semantics knobs of a query; they change output, so they are part of the plan
+/// (and of the checkpoint's compatibility check).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QueryOptions {
+    /// Watermark delay: the watermark is the max event time seen (per source
+    /// partition) minus this many microseconds. Rows that arrive up to this
+    /// much out of order are not late.
+    pub lateness_us: i64,
+    /// How long after its end a closed window keeps its state for late rows.
+    /// A late row within this bound updates the window and re-emits it; a row
+    /// later than that goes to the dead-letter output.
+    pub retention_us: i64,
+    /// Grid of event time on which late updates and continuous (non-windowed)
+    /// aggregates are flushed. Flushing on an event-time grid, not on a timer,
+    /// keeps output independent of batch boundaries and timing.
+    pub emit_interval_us: i64,
+    /// When a continuous query has no event time, flush every this many input rows (per partition).
+    pub emit_every_rows: i64,
+    /// Rows whose event time is further than this ahead of the wall clock are
+    /// refused (dead-lettered), so one bad clock cannot close every window.
+    pub max_future_us: i64,
+    /// The event-time column for continuous and pass-through queries. Windowed
+    /// queries use the column of their window function. `None`: the source's
+    /// only timestamp column, if it has exactly one.
+    pub event_time: Option<String>,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        Self {
+            lateness_us: 5 * MICROS_PER_SECOND,
+            retention_us: 10 * 60 * MICROS_PER_SECOND,
+            emit_interval_us: MICROS_PER_SECOND,
+            emit_every_rows: 10_000,
+            max_future_us: 86_400 * MICROS_PER_SECOND,
+            event_time: None,
+        }
+    }
+}
+
+/// The single source table a query reads.
+#[derive(Debug, Clone)]
+pub struct SourceTable {
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WindowSpec {
+    Tumble { size: i64 },
+    Hop { slide: i64, size: i64 },
+    Session { gap: i64 },
+}
+
+impl WindowSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            WindowSpec::Tumble { .. } => "TUMBLE",
+            WindowSpec::Hop { .. } => "HOP",
+            WindowSpec::Session { .. } => "SESSION",
+        }
+    }
+}
+
+/// One aggregate call of the query, lowered by DataFusion.
+#[derive(Debug, Clone)]
+pub struct AggregateSpec {
+    /// DataFusion's physical aggregate: function, argument expressions (over
+    /// the source schema), distinctness, ordering, return field.
+    pub function: Arc<AggregateFunctionExpr>,
+    /// `FILTER (WHERE ...)` over the source schema.
+    pub filter: Option<PhysicalExprRef>,
+    /// The output field (name and type) in the aggregate stage's schema.
+    pub field: FieldRef,
+    /// Types of the argument expressions.
+    pub arg_types: Vec<arrow::datatypes::DataType>,
+}
+
+impl AggregateSpec {
+    pub fn function_name(&self) -> &str {
+        self.function.fun().name()
+    }
+}
+
+/// How the event time of a row is known.
+#[derive(Debug, Clone)]
+pub enum EventTime {
+    /// An expression over the source schema giving a timestamp.
+    Column(PhysicalExprRef),
+    /// No event time: progress is the row's position in its partition.
+    Ordinal,
+}
+
+#[derive(Debug, Clone)]
+pub struct AggregatePlan {
+    /// `WHERE`, over the source schema.
+    pub filter: Option<PhysicalExprRef>,
+    pub event_time: EventTime,
+    pub window: Option<WindowSpec>,
+    /// Non-window group expressions, over the source schema, in GROUP BY order.
+    pub group_exprs: Vec<PhysicalExprRef>,
+    /// Fields of `group_exprs`.
+    pub group_fields: Vec<FieldRef>,
+    pub aggregates: Vec<AggregateSpec>,
+    /// Schema of the aggregate stage's rows: GROUP BY columns (the window at
+    /// `window_position`), then aggregates, then the hidden window end column.
+    pub stage_schema: SchemaRef,
+    pub window_position: Option<usize>,
+    /// `HAVING`, over `stage_schema`.
+    pub having: Option<PhysicalExprRef>,
+    /// The SELECT list, over `stage_schema`.
+    pub projection: Vec<PhysicalExprRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PassthroughPlan {
+    pub filter: Option<PhysicalExprRef>,
+    pub projection: Vec<PhysicalExprRef>,
+    pub event_time: EventTime,
+}
+
+#[derive(Debug, Clone)]
+pub enum QueryKind {
+    /// Filter/projection only: append-only output, no state.
+    Passthrough(PassthroughPlan),
+    /// Windowed or continuous aggregation: an upsert changelog.
+    Aggregate(AggregatePlan),
+}
+
+/// A query ready to run: what it reads, what it writes, and how.
+#[derive(Debug, Clone)]
+pub struct QueryPlan {
+    pub sql: String,
+    pub source: SourceTable,
+    /// The exact schema of every result batch.
+    pub output_schema: SchemaRef,
+    /// Indices into `output_schema` of the changelog key, in SELECT order.
+    pub key_columns: Vec<usize>,
+    pub kind: QueryKind,
+    pub options: QueryOptions,
+}
+
+impl QueryPlan {
+    pub fn key_names(&self) -> Vec<&str> {
+        self.key_columns
+            .iter()
+            .map(|&i| self.output_schema.field(i).name().as_str())
+            .collect()
+    }
+
+    pub fn window(&self) -> Option<WindowSpec> {
+        match &self.kind {
+            QueryKind::Aggregate(a) => a.window,
+            QueryKind::Passthrough(_) => None,
+        }
+    }
+
+    /// "windowed (TUMBLE)", "continuous", "pass-through".
+    pub fn kind_name(&self) -> String {
+        match &self.kind {
+            QueryKind::Passthrough(_) => "pass-through (append-only)".into(),
+            QueryKind::Aggregate(a) => match a.window {
+                Some(w) => format!("windowed ({}) aggregation", w.name()),
+                None => "continuous aggregation".into(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for QueryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "source: {}", self.source.name)?;
+        writeln!(f, "kind: {}", self.kind_name())?;
+        writeln!(f, "schema:")?;
+        for (i, field) in self.output_schema.fields().iter().enumerate() {
+            let key = if self.key_columns.contains(&i) {
+                "  (key)"
+            } else {
+                ""
+            };
+            writeln!(
+                f,
+                "  {}: {}{}{}",
+                field.name(),
+                field.data_type(),
+                if field.is_nullable() { "" } else { " not null" },
+                key
+            )?;
+        }
+        write!(f, "key: [{}]", self.key_names().join(", "))
+    }
+}

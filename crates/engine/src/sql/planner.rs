@@ -1,0 +1,674 @@
+//! SQL text to [`QueryPlan`]: DataFusion parses, resolves names and types;
+//! this module checks that the plan is a streaming query ubik can run, finds
+//! the window and the changelog key, and lowers every expression to a
+//! physical expression over the source table (or over the aggregate stage).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use datafusion_common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion_common::{Column, DFSchema, DFSchemaRef, DataFusionError, ScalarValue};
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::logical_plan::LogicalPlan;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::{Expr, expr::ScalarFunction};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
+use datafusion_optimizer::replace_distinct_aggregate::ReplaceDistinctWithAggregate;
+use datafusion_physical_expr::aggregate::LoweredAggregateBuilder;
+use datafusion_physical_expr::create_physical_expr;
+use datafusion_sql::parser::{DFParser, Statement as DFStatement};
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use datafusion_sql::sqlparser::dialect::GenericDialect;
+
+use super::context::{Catalog, PlanningContext};
+use super::functions::{WINDOW_END, WindowFunction};
+use crate::error::{EngineError, Result, SqlPosition};
+use crate::plan::*;
+use crate::time::{interval_micros, window_type};
+
+/// Name of the hidden column carrying each window's end in the aggregate stage.
+pub const WINDOW_END_COLUMN: &str = "__ubik_window_end";
+
+/// Plans `sql` against the tables of `catalog`.
+pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result<QueryPlan> {
+    let ctx = PlanningContext::new(catalog);
+    let logical = logical_plan(sql, &ctx)?;
+    Lowering::new(sql, options).lower(&logical)
+}
+
+fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
+    let mut statements =
+        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(sql_error)?;
+    if statements.len() != 1 {
+        return Err(EngineError::Sql {
+            message: format!(
+                "expected exactly one SELECT statement, found {}",
+                statements.len()
+            ),
+            position: None,
+            hint: Some(
+                "a pipeline runs one query; remove the extra ';'-separated statements".into(),
+            ),
+        });
+    }
+    let statement = statements.pop_front().expect("one statement");
+    if !matches!(&statement, DFStatement::Statement(s) if matches!(**s, datafusion_sql::sqlparser::ast::Statement::Query(_)))
+    {
+        return Err(EngineError::Sql {
+            message: "only SELECT queries can run as a pipeline".into(),
+            position: None,
+            hint: Some("write the query as SELECT ... FROM <source> ...".into()),
+        });
+    }
+    let planner = SqlToRel::new_with_options(
+        ctx,
+        ParserOptions {
+            collect_spans: true,
+            map_string_types_to_utf8view: false,
+            ..ParserOptions::default()
+        },
+    );
+    let plan = planner.statement_to_plan(statement).map_err(sql_error)?;
+    let plan = Analyzer::new()
+        .execute_and_check(plan, ctx.options(), |_, _| {})
+        .map_err(sql_error)?;
+    let optimizer = Optimizer::with_rules(vec![Arc::new(ReplaceDistinctWithAggregate::new())]);
+    optimizer
+        .optimize(plan, &OptimizerContext::new(), |_, _| {})
+        .map_err(sql_error)
+}
+
+/// Maps a DataFusion planning error to [`EngineError::Sql`] with the position
+/// of the offending text when DataFusion or the parser reports one.
+pub fn sql_error(e: DataFusionError) -> EngineError {
+    let position = e
+        .diagnostic()
+        .and_then(|d| d.span)
+        .filter(|s| s.start.line > 0)
+        .map(|s| SqlPosition {
+            line: s.start.line,
+            column: s.start.column,
+        })
+        .or_else(|| position_in_message(&e.to_string()));
+    let message = e.strip_backtrace();
+    let message = message
+        .strip_prefix("Error during planning: ")
+        .or_else(|| message.strip_prefix("SQL error: "))
+        .or_else(|| message.strip_prefix("Schema error: "))
+        .unwrap_or(&message)
+        .to_string();
+    let hint = hint_for(&message);
+    EngineError::Sql {
+        message,
+        position,
+        hint,
+    }
+}
+
+/// Parser errors carry "at Line: 3, Column: 14" in their text.
+fn position_in_message(message: &str) -> Option<SqlPosition> {
+    let at = message.rfind("Line: ")?;
+    let rest = &message[at + 6..];
+    let (line, rest) = rest.split_once(", Column: ")?;
+    let column: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    Some(SqlPosition {
+        line: line.trim().parse().ok()?,
+        column: column.parse().ok()?,
+    })
+}
+
+fn hint_for(message: &str) -> Option<String> {
+    if message.contains("must appear in the GROUP BY") || message.contains("must be in GROUP BY") {
+        return Some("every selected column must be grouped or aggregated; add it to GROUP BY or wrap it in an aggregate such as max(...)".into());
+    }
+    if message.contains("No field named") {
+        return Some(
+            "check the column name against the source schema (`ubik validate` prints it)".into(),
+        );
+    }
+    if message.contains("Invalid function") {
+        return Some("window functions are TUMBLE, HOP and SESSION; aggregates include count, sum, avg, min, max, stddev, approx_distinct".into());
+    }
+    None
+}
+
+struct Lowering {
+    sql: String,
+    options: QueryOptions,
+    props: ExecutionProps,
+}
+
+/// The nodes between an upper node and the node a chain stops at, top first.
+struct Chain<'a> {
+    nodes: Vec<&'a LogicalPlan>,
+    bottom: &'a LogicalPlan,
+}
+
+impl<'a> Chain<'a> {
+    /// Walks down single-input Projection/Filter/SubqueryAlias nodes.
+    fn walk(top: &'a LogicalPlan, stop_at_aggregate: bool) -> Result<Self> {
+        let mut nodes = Vec::new();
+        let mut node = top;
+        loop {
+            match node {
+                LogicalPlan::Projection(p) => {
+                    nodes.push(node);
+                    node = &p.input;
+                }
+                LogicalPlan::Filter(f) => {
+                    nodes.push(node);
+                    node = &f.input;
+                }
+                LogicalPlan::SubqueryAlias(s) => {
+                    nodes.push(node);
+                    node = &s.input;
+                }
+                LogicalPlan::Aggregate(_) if stop_at_aggregate => break,
+                LogicalPlan::TableScan(_) => break,
+                LogicalPlan::Aggregate(_) => {
+                    return Err(EngineError::unsupported(
+                        "a query with more than one level of aggregation cannot run as a stream yet",
+                        "aggregate once per query; chain a second pipeline on the first one's output topic",
+                    ));
+                }
+                other => return Err(unsupported_node(other)),
+            }
+        }
+        Ok(Self {
+            nodes,
+            bottom: node,
+        })
+    }
+
+    /// Rewrites an expression over the top node's schema into one over the bottom's.
+    fn unproject(&self, expr: Expr) -> Result<Expr> {
+        let mut expr = expr;
+        for node in &self.nodes {
+            expr = match node {
+                LogicalPlan::Projection(p) => {
+                    let schema = &p.schema;
+                    expr.transform_up(|e| match e {
+                        Expr::Column(c) => {
+                            let i = schema.index_of_column(&c)?;
+                            Ok(Transformed::yes(p.expr[i].clone().unalias_nested().data))
+                        }
+                        other => Ok(Transformed::no(other)),
+                    })?
+                    .data
+                }
+                LogicalPlan::SubqueryAlias(s) => {
+                    let input_schema = s.input.schema();
+                    let schema = &s.schema;
+                    expr.transform_up(|e| match e {
+                        Expr::Column(c) => {
+                            let i = schema.index_of_column(&c)?;
+                            Ok(Transformed::yes(Expr::Column(Column::from(
+                                input_schema.qualified_field(i),
+                            ))))
+                        }
+                        other => Ok(Transformed::no(other)),
+                    })?
+                    .data
+                }
+                _ => expr,
+            };
+        }
+        Ok(expr)
+    }
+
+    /// The Filter predicates of the chain, each rewritten over the bottom schema.
+    fn filters(&self) -> Result<Vec<Expr>> {
+        let mut out = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let LogicalPlan::Filter(f) = node {
+                let below = Chain {
+                    nodes: self.nodes[i + 1..].to_vec(),
+                    bottom: self.bottom,
+                };
+                out.push(below.unproject(f.predicate.clone())?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The top node's output columns, each as an expression over the bottom schema.
+    fn outputs(&self, top_schema: &DFSchema) -> Result<Vec<Expr>> {
+        top_schema
+            .columns()
+            .into_iter()
+            .map(|c| self.unproject(Expr::Column(c)))
+            .collect()
+    }
+}
+
+fn unsupported_node(plan: &LogicalPlan) -> EngineError {
+    match plan {
+        LogicalPlan::Sort(_) => EngineError::unsupported(
+            "ORDER BY cannot apply to an unbounded stream: results are emitted as windows close",
+            "remove ORDER BY; records of one emission are already ordered by key, sort downstream if needed",
+        ),
+        LogicalPlan::Limit(_) => EngineError::unsupported(
+            "LIMIT/OFFSET cannot apply to an unbounded stream",
+            "remove LIMIT; bound the input instead (e.g. kafka://...?end=latest)",
+        ),
+        LogicalPlan::Join(_) => EngineError::unsupported(
+            "joins are not supported yet",
+            "run one query per source table",
+        ),
+        LogicalPlan::Window(_) => EngineError::unsupported(
+            "SQL window functions (OVER ...) are not supported; ubik's windows are TUMBLE, HOP and SESSION in GROUP BY",
+            "GROUP BY TUMBLE(ts, INTERVAL '1 MINUTE') instead",
+        ),
+        LogicalPlan::Union(_) => EngineError::unsupported("UNION is not supported yet", ""),
+        LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => EngineError::unsupported(
+            "the query reads no source table",
+            "add FROM <source>, where <source> is the topic, webhook path or file stem",
+        ),
+        other => EngineError::unsupported(
+            format!(
+                "this query shape ({}) cannot run as a stream",
+                other.display()
+            ),
+            "",
+        ),
+    }
+}
+
+/// Finds a call of a window function anywhere in `expr`.
+fn find_window_call(expr: &Expr) -> Option<WindowFunction> {
+    let mut found = None;
+    let _ = expr.apply(|e| {
+        if let Expr::ScalarFunction(f) = e
+            && let Some(w) = WindowFunction::from_name(f.func.name())
+        {
+            found = Some(w);
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+fn refuse_window_outside_group_by(expr: &Expr, place: &str) -> Result<()> {
+    if let Some(w) = find_window_call(expr) {
+        return Err(EngineError::unsupported(
+            format!(
+                "{} is used in {place}, but a window function defines the grouping and belongs in GROUP BY",
+                w.name().to_uppercase()
+            ),
+            format!(
+                "GROUP BY ..., {}(ts, ...) and project it in SELECT",
+                w.name().to_uppercase()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn interval_arg(expr: &Expr, what: &str) -> Result<i64> {
+    let mut e = expr;
+    while let Expr::Cast(c) = e {
+        e = &c.expr;
+    }
+    match e {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) => interval_micros(v, what),
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+            Ok(v.days as i64 * 86_400_000_000 + v.milliseconds as i64 * 1000).and_then(|m| {
+                if m > 0 {
+                    Ok(m)
+                } else {
+                    Err(EngineError::unsupported(
+                        format!("{what} must be positive"),
+                        "",
+                    ))
+                }
+            })
+        }
+        _ => Err(EngineError::unsupported(
+            format!("{what} must be a constant INTERVAL literal, found {expr}"),
+            "e.g. INTERVAL '1 MINUTE'",
+        )),
+    }
+}
+
+impl Lowering {
+    fn new(sql: &str, options: QueryOptions) -> Self {
+        Self {
+            sql: sql.to_string(),
+            options,
+            props: ExecutionProps::new(),
+        }
+    }
+
+    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<PhysicalExprRef> {
+        Ok(create_physical_expr(
+            expr,
+            schema,
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )?)
+    }
+
+    fn conjunction(
+        &self,
+        filters: Vec<Expr>,
+        schema: &DFSchema,
+    ) -> Result<Option<PhysicalExprRef>> {
+        match filters.into_iter().reduce(|a, b| a.and(b)) {
+            Some(e) => Ok(Some(self.physical(&e, schema)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn lower(self, root: &LogicalPlan) -> Result<QueryPlan> {
+        let output_schema = Arc::new(root.schema().as_arrow().clone());
+        let top = Chain::walk(root, true)?;
+        match top.bottom {
+            LogicalPlan::TableScan(scan) => self.lower_passthrough(root, &top, scan, output_schema),
+            LogicalPlan::Aggregate(agg) => self.lower_aggregate(root, &top, agg, output_schema),
+            other => Err(unsupported_node(other)),
+        }
+    }
+
+    fn source_of(&self, scan: &datafusion_expr::logical_plan::TableScan) -> SourceTable {
+        SourceTable {
+            name: scan.table_name.table().to_string(),
+            schema: Arc::new(scan.projected_schema.as_arrow().clone()),
+        }
+    }
+
+    /// The event-time column of a continuous or pass-through query.
+    fn default_event_time(&self, scan_schema: &DFSchemaRef) -> Result<EventTime> {
+        let arrow = scan_schema.as_arrow();
+        let column = match &self.options.event_time {
+            Some(name) => {
+                let (i, field) = arrow.column_with_name(name).ok_or_else(|| {
+                    EngineError::Schema(format!(
+                        "event-time column '{name}' is not in the source schema"
+                    ))
+                })?;
+                if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                    return Err(EngineError::Schema(format!(
+                        "event-time column '{name}' must be a TIMESTAMP, found {}",
+                        field.data_type()
+                    )));
+                }
+                Some(i)
+            }
+            None => {
+                let ts: Vec<usize> = arrow
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
+                    .map(|(i, _)| i)
+                    .collect();
+                (ts.len() == 1).then(|| ts[0])
+            }
+        };
+        match column {
+            Some(i) => {
+                let col = Expr::Column(Column::from(scan_schema.qualified_field(i)));
+                Ok(EventTime::Column(self.physical(&col, scan_schema)?))
+            }
+            None => Ok(EventTime::Ordinal),
+        }
+    }
+
+    fn lower_passthrough(
+        &self,
+        root: &LogicalPlan,
+        chain: &Chain<'_>,
+        scan: &datafusion_expr::logical_plan::TableScan,
+        output_schema: Arc<Schema>,
+    ) -> Result<QueryPlan> {
+        let scan_schema = &scan.projected_schema;
+        let outputs = chain.outputs(root.schema())?;
+        let filters = chain.filters()?;
+        for e in &outputs {
+            refuse_window_outside_group_by(e, "SELECT without GROUP BY")?;
+        }
+        for e in &filters {
+            refuse_window_outside_group_by(e, "WHERE")?;
+        }
+        let projection = outputs
+            .iter()
+            .map(|e| self.physical(e, scan_schema))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(QueryPlan {
+            sql: self.sql.clone(),
+            source: self.source_of(scan),
+            output_schema,
+            key_columns: Vec::new(),
+            kind: QueryKind::Passthrough(PassthroughPlan {
+                filter: self.conjunction(filters, scan_schema)?,
+                projection,
+                event_time: self.default_event_time(scan_schema)?,
+            }),
+            options: self.options.clone(),
+        })
+    }
+
+    fn lower_aggregate(
+        &self,
+        root: &LogicalPlan,
+        top: &Chain<'_>,
+        agg: &datafusion_expr::logical_plan::Aggregate,
+        output_schema: Arc<Schema>,
+    ) -> Result<QueryPlan> {
+        let input = Chain::walk(&agg.input, false)?;
+        let LogicalPlan::TableScan(scan) = input.bottom else {
+            return Err(unsupported_node(input.bottom));
+        };
+        let scan_schema = &scan.projected_schema;
+        if agg
+            .group_expr
+            .iter()
+            .any(|g| matches!(g, Expr::GroupingSet(_)))
+        {
+            return Err(EngineError::unsupported(
+                "GROUPING SETS, ROLLUP and CUBE are not supported on streams",
+                "run one query per grouping",
+            ));
+        }
+
+        // GROUP BY: find the (single) window, lower the other keys.
+        let mut window = None;
+        let mut window_position = None;
+        let mut event_time = None;
+        let mut group_exprs = Vec::new();
+        let mut group_fields = Vec::new();
+        for (i, g) in agg.group_expr.iter().enumerate() {
+            let g = input.unproject(g.clone().unalias_nested().data)?;
+            let call = match &g {
+                Expr::ScalarFunction(ScalarFunction { func, args }) => {
+                    WindowFunction::from_name(func.name()).map(|w| (w, args))
+                }
+                _ => None,
+            };
+            match call {
+                Some((kind, args)) => {
+                    if window.is_some() {
+                        return Err(EngineError::unsupported(
+                            "a query can group by one window function only",
+                            "keep one of TUMBLE/HOP/SESSION in GROUP BY",
+                        ));
+                    }
+                    refuse_window_outside_group_by(&args[0], "a window's time argument")?;
+                    window = Some(match kind {
+                        WindowFunction::Tumble => WindowSpec::Tumble {
+                            size: interval_arg(&args[1], "the TUMBLE size")?,
+                        },
+                        WindowFunction::Hop => {
+                            let slide = interval_arg(&args[1], "the HOP slide")?;
+                            let size = interval_arg(&args[2], "the HOP size")?;
+                            if size % slide != 0 {
+                                return Err(EngineError::unsupported(
+                                    "the HOP size must be a multiple of its slide",
+                                    "e.g. HOP(ts, INTERVAL '1 MINUTE', INTERVAL '5 MINUTES')",
+                                ));
+                            }
+                            WindowSpec::Hop { slide, size }
+                        }
+                        WindowFunction::Session => WindowSpec::Session {
+                            gap: interval_arg(&args[1], "the SESSION gap")?,
+                        },
+                    });
+                    window_position = Some(i);
+                    event_time = Some(EventTime::Column(self.physical(&args[0], scan_schema)?));
+                }
+                None => {
+                    refuse_window_outside_group_by(&g, "an expression of GROUP BY")?;
+                    let (_, field) = agg.schema.qualified_field(i);
+                    group_fields.push(Arc::clone(field));
+                    group_exprs.push(self.physical(&g, scan_schema)?);
+                }
+            }
+        }
+        let event_time = match event_time {
+            Some(e) => e,
+            None => self.default_event_time(scan_schema)?,
+        };
+
+        // Aggregates, lowered over the source schema.
+        let n_groups = agg.group_expr.len();
+        let mut aggregates = Vec::new();
+        for (j, a) in agg.aggr_expr.iter().enumerate() {
+            let unaliased = a.clone().unalias_nested().data;
+            refuse_window_outside_group_by(&unaliased, "an aggregate's argument")?;
+            let expr = input.unproject(unaliased)?;
+            let (_, field) = agg.schema.qualified_field(n_groups + j);
+            let lowered = LoweredAggregateBuilder::new(
+                &expr,
+                scan_schema,
+                scan_schema.as_arrow(),
+                &self.props,
+                &PhysicalPlanningContext::default(),
+            )
+            .with_name(field.name())
+            .build()?;
+            let arg_types = lowered
+                .aggregate
+                .expressions()
+                .iter()
+                .map(|e| e.data_type(scan_schema.as_arrow()))
+                .collect::<datafusion_common::Result<Vec<_>>>()?;
+            aggregates.push(AggregateSpec {
+                arg_types,
+                function: lowered.aggregate,
+                filter: lowered.filter,
+                field: Arc::clone(field),
+            });
+        }
+
+        // The aggregate stage: GROUP BY columns, aggregates, hidden window end.
+        let mut stage_fields: Vec<(Option<datafusion_common::TableReference>, FieldRef)> = agg
+            .schema
+            .iter()
+            .map(|(q, f)| (q.cloned(), Arc::clone(f)))
+            .collect();
+        stage_fields.push((
+            None,
+            Arc::new(Field::new(WINDOW_END_COLUMN, window_type(), true)),
+        ));
+        let stage = DFSchema::new_with_metadata(stage_fields, HashMap::new())?;
+        let window_column = window_position.map(|i| Column::from(agg.schema.qualified_field(i)));
+
+        // Post-aggregation: HAVING and the SELECT list, WINDOW_END resolved.
+        let rewrite_end = |e: Expr| -> Result<Expr> {
+            Ok(e.transform_up(|e| match e {
+                Expr::ScalarFunction(f) if f.func.name() == WINDOW_END => {
+                    match (&window_column, f.args.first()) {
+                        (Some(w), Some(Expr::Column(c))) if c == w || c.name == w.name => {
+                            Ok(Transformed::yes(Expr::Column(Column::new_unqualified(WINDOW_END_COLUMN))))
+                        }
+                        _ => datafusion_common::plan_err!(
+                            "WINDOW_END takes the window expression of the GROUP BY, e.g. WINDOW_END(TUMBLE(ts, INTERVAL '1 MINUTE'))"
+                        ),
+                    }
+                }
+                other => Ok(Transformed::no(other)),
+            })?
+            .data)
+        };
+        let outputs = top
+            .outputs(root.schema())?
+            .into_iter()
+            .map(rewrite_end)
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| match e {
+                EngineError::DataFusion(d) => sql_error(*d),
+                other => other,
+            })?;
+        let having = top
+            .filters()?
+            .into_iter()
+            .map(rewrite_end)
+            .collect::<Result<Vec<_>>>()?;
+
+        // The changelog key: the projected GROUP BY columns, in SELECT order.
+        let mut key_columns = Vec::new();
+        let mut covered = vec![false; n_groups];
+        for (i, e) in outputs.iter().enumerate() {
+            if let Expr::Column(c) = e {
+                let j = stage.index_of_column(c)?;
+                if j < n_groups && !covered[j] {
+                    covered[j] = true;
+                    key_columns.push(i);
+                }
+            }
+        }
+        if let Some(w) = window_position
+            && !covered[w]
+        {
+            let spec = window.expect("window");
+            return Err(EngineError::unsupported(
+                format!(
+                    "this windowed query does not project its window column: the changelog key is (group, window), so SELECT must include {}(...) itself",
+                    spec.name()
+                ),
+                format!(
+                    "add `{}(...) AS w` to the SELECT list, exactly as it appears in GROUP BY",
+                    spec.name()
+                ),
+            ));
+        }
+        if let Some(j) = covered.iter().position(|c| !c) {
+            let name = agg.schema.field(j).name();
+            return Err(EngineError::unsupported(
+                format!(
+                    "GROUP BY column `{name}` is not projected as a plain column: the changelog key is the tuple of GROUP BY columns, and without it two groups would share a key"
+                ),
+                format!("add `{name}` to the SELECT list"),
+            ));
+        }
+
+        let projection = outputs
+            .iter()
+            .map(|e| self.physical(e, &stage))
+            .collect::<Result<Vec<_>>>()?;
+        let having = self.conjunction(having, &stage)?;
+        let filter = self.conjunction(input.filters()?, scan_schema)?;
+        Ok(QueryPlan {
+            sql: self.sql.clone(),
+            source: self.source_of(scan),
+            output_schema,
+            key_columns,
+            kind: QueryKind::Aggregate(AggregatePlan {
+                filter,
+                event_time,
+                window,
+                group_exprs,
+                group_fields,
+                aggregates,
+                stage_schema: Arc::new(stage.as_arrow().clone()),
+                window_position,
+                having,
+                projection,
+            }),
+            options: self.options.clone(),
+        })
+    }
+}

@@ -1,0 +1,238 @@
+//! Event time arithmetic. Inside the engine every instant is `i64`
+//! microseconds since the Unix epoch (UTC), the unit of the window column.
+
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+use arrow::datatypes::{DataType, IntervalMonthDayNano, TimeUnit, TimestampMicrosecondType};
+use std::sync::Arc;
+
+use crate::error::{EngineError, Result};
+
+/// The smallest instant: "no event seen yet".
+pub const MIN_TIME: i64 = i64::MIN;
+/// The largest instant: "the input has ended".
+pub const MAX_TIME: i64 = i64::MAX;
+
+pub const MICROS_PER_SECOND: i64 = 1_000_000;
+
+/// The data type of every window column and of event time inside the engine.
+pub fn window_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// Converts a duration literal of SQL (`INTERVAL '1 MINUTE'`) to microseconds.
+/// Months have no fixed length, so they are refused.
+pub fn interval_micros(v: &IntervalMonthDayNano, what: &str) -> Result<i64> {
+    if v.months != 0 {
+        return Err(EngineError::unsupported(
+            format!("{what} is given in months or years, which have no fixed length"),
+            "use days, hours, minutes or seconds, e.g. INTERVAL '30 DAYS'",
+        ));
+    }
+    let micros = (v.days as i64) * 86_400 * MICROS_PER_SECOND + v.nanoseconds / 1000;
+    if micros <= 0 {
+        return Err(EngineError::unsupported(
+            format!("{what} must be a positive duration"),
+            "",
+        ));
+    }
+    Ok(micros)
+}
+
+/// Casts a timestamp array of any unit to microseconds since the epoch.
+/// Other types are refused: event time must be a timestamp column.
+pub fn to_micros(array: &ArrayRef) -> Result<Int64Array> {
+    let scale = |a: &ArrayRef, mul: i64, div: i64| -> Int64Array {
+        let p = a.as_primitive::<arrow::datatypes::Int64Type>();
+        arrow::compute::kernels::arity::unary(p, |v| {
+            if div > 1 {
+                v.div_euclid(div)
+            } else {
+                v.saturating_mul(mul)
+            }
+        })
+    };
+    match array.data_type() {
+        DataType::Timestamp(unit, _) => {
+            let raw = arrow::compute::cast(array, &DataType::Int64)?;
+            Ok(match unit {
+                TimeUnit::Second => scale(&raw, MICROS_PER_SECOND, 1),
+                TimeUnit::Millisecond => scale(&raw, 1000, 1),
+                TimeUnit::Microsecond => raw.as_primitive::<arrow::datatypes::Int64Type>().clone(),
+                TimeUnit::Nanosecond => scale(&raw, 1, 1000),
+            })
+        }
+        other => Err(EngineError::Schema(format!(
+            "event time must be a TIMESTAMP, found {other}"
+        ))),
+    }
+}
+
+/// Wraps microsecond values as the window column type.
+pub fn micros_array(values: Vec<i64>) -> ArrayRef {
+    Arc::new(
+        arrow::array::PrimitiveArray::<TimestampMicrosecondType>::from(values).with_timezone("UTC"),
+    )
+}
+
+/// `floor(t / step) * step`, correct for negative instants too.
+#[inline]
+pub fn floor_to(t: i64, step: i64) -> i64 {
+    t - t.rem_euclid(step)
+}
+
+/// The first multiple of `step` strictly greater than `t`, saturating at [`MAX_TIME`].
+#[inline]
+pub fn next_tick(t: i64, step: i64) -> i64 {
+    if t == MAX_TIME {
+        return MAX_TIME;
+    }
+    let next = ((t as i128).div_euclid(step as i128) + 1) * step as i128;
+    next.clamp(i64::MIN as i128, i64::MAX as i128) as i64
+}
+
+/// Parses a human duration such as `5s`, `250ms`, `1m`, `2h`, `1d`, `0`.
+pub fn parse_duration(text: &str) -> Option<i64> {
+    let t = text.trim();
+    if t == "0" {
+        return Some(0);
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = t.split_at(split);
+    let n: i64 = num.parse().ok()?;
+    let mul = match unit.trim() {
+        "us" | "µs" => 1,
+        "ms" => 1000,
+        "s" | "sec" | "second" | "seconds" => MICROS_PER_SECOND,
+        "m" | "min" | "minute" | "minutes" => 60 * MICROS_PER_SECOND,
+        "h" | "hour" | "hours" => 3600 * MICROS_PER_SECOND,
+        "d" | "day" | "days" => 86_400 * MICROS_PER_SECOND,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+/// Formats microseconds as `2026-11-29T15:01:00.000000Z` into `out`, without allocating.
+pub fn write_rfc3339_micros(out: &mut Vec<u8>, micros: i64) {
+    let secs = micros.div_euclid(MICROS_PER_SECOND);
+    let frac = micros.rem_euclid(MICROS_PER_SECOND) as u32;
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400) as u32;
+    let (y, m, d) = civil_from_days(days);
+    let mut buf = [0u8; 32];
+    let mut i = 0;
+    if !(0..=9999).contains(&y) {
+        // Outside four-digit years RFC 3339 has no form; ISO 8601 expanded years keep order.
+        let s = format!("{y:+07}");
+        out.extend_from_slice(s.as_bytes());
+    } else {
+        let y = y as u32;
+        for v in [y / 1000, (y / 100) % 10, (y / 10) % 10, y % 10] {
+            buf[i] = b'0' + v as u8;
+            i += 1;
+        }
+    }
+    let two = |buf: &mut [u8; 32], i: &mut usize, v: u32| {
+        buf[*i] = b'0' + (v / 10) as u8;
+        buf[*i + 1] = b'0' + (v % 10) as u8;
+        *i += 2;
+    };
+    buf[i] = b'-';
+    i += 1;
+    two(&mut buf, &mut i, m);
+    buf[i] = b'-';
+    i += 1;
+    two(&mut buf, &mut i, d);
+    buf[i] = b'T';
+    i += 1;
+    two(&mut buf, &mut i, sod / 3600);
+    buf[i] = b':';
+    i += 1;
+    two(&mut buf, &mut i, (sod / 60) % 60);
+    buf[i] = b':';
+    i += 1;
+    two(&mut buf, &mut i, sod % 60);
+    buf[i] = b'.';
+    i += 1;
+    let mut f = frac;
+    for k in (0..6).rev() {
+        buf[i + k] = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    i += 6;
+    buf[i] = b'Z';
+    i += 1;
+    out.extend_from_slice(&buf[..i]);
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's algorithm).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// (year, month, day) to days since 1970-01-01.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Reads a non-null value out of an `Int64Array` built by [`to_micros`].
+#[inline]
+pub fn value_or_none(a: &Int64Array, i: usize) -> Option<i64> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_fixed_precision() {
+        let mut out = Vec::new();
+        write_rfc3339_micros(&mut out, 1_764_428_460_000_000);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "2025-11-29T15:01:00.000000Z"
+        );
+        out.clear();
+        write_rfc3339_micros(&mut out, -1);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "1969-12-31T23:59:59.999999Z"
+        );
+    }
+
+    #[test]
+    fn civil_round_trip() {
+        for z in [-800_000i64, -1, 0, 1, 59, 60, 365, 20_000, 2_000_000] {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+        }
+    }
+
+    #[test]
+    fn ticks() {
+        assert_eq!(floor_to(-1, 10), -10);
+        assert_eq!(next_tick(10, 10), 20);
+        assert_eq!(next_tick(9, 10), 10);
+        assert_eq!(next_tick(MAX_TIME, 10), MAX_TIME);
+        assert!(next_tick(MIN_TIME, 1_000_000) > MIN_TIME);
+        assert_eq!(parse_duration("250ms"), Some(250_000));
+        assert_eq!(parse_duration("2h"), Some(7_200_000_000));
+        assert_eq!(parse_duration("x"), None);
+    }
+}

@@ -1,0 +1,18 @@
+//! # ubik-format
+//!
+//! Formats, separate from transports: bytes in, Arrow out, and back.
+//!
+//! - [`json`]: JSON records (NDJSON lines, Kafka messages, webhook events)
+//!   decoded straight into Arrow columns, with per-record error reporting.
+//! - [`changelog`]: result rows encoded as canonical JSON key/value pairs.
+//! - [`schema`]: input schemas declared as a SQL column list or a JSON file,
+//!   or inferred from a sample.
+//! - [`timestamp`]: the fast RFC 3339 / epoch-millis parser.
+
+pub mod changelog;
+pub mod error;
+pub mod json;
+pub mod schema;
+pub mod timestamp;
+
+pub use error::{FormatError, Result};

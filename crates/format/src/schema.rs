@@ -1,0 +1,254 @@
+//! Input schemas: declared as a SQL column list
+//! (`merchant VARCHAR, ts TIMESTAMP, amount DOUBLE`), as a JSON file, or
+//! inferred from a sample of records.
+//!
+//! `TIMESTAMP` (with or without time zone) is `timestamp(us, UTC)`: input
+//! timestamps are instants, given as RFC 3339 or epoch milliseconds.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use sqlparser::ast::{DataType as SqlType, ExactNumberInfo, Statement, TimezoneInfo};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::Parser;
+
+use crate::error::{FormatError, Result};
+use crate::timestamp::parse_timestamp_micros;
+
+pub fn timestamp_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+/// Parses `name TYPE, name TYPE, ...`.
+pub fn parse_column_list(text: &str) -> Result<SchemaRef> {
+    let sql = format!("CREATE TABLE t ({text})");
+    let statements = Parser::parse_sql(&GenericDialect {}, &sql).map_err(|e| {
+        FormatError::Schema(format!(
+            "cannot parse the column list {text:?}: {e}; expected e.g. \"merchant VARCHAR, ts TIMESTAMP, amount DOUBLE\""
+        ))
+    })?;
+    let Some(Statement::CreateTable(table)) = statements.first() else {
+        return Err(FormatError::Schema(format!(
+            "cannot parse the column list {text:?}"
+        )));
+    };
+    let fields = table
+        .columns
+        .iter()
+        .map(|c| {
+            Ok(Field::new(
+                c.name.value.clone(),
+                sql_type(&c.data_type)?,
+                true,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    check_unique(&fields)?;
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// Maps a SQL type name (as written in a column list) to Arrow.
+pub fn sql_type(t: &SqlType) -> Result<DataType> {
+    use SqlType::*;
+    Ok(match t {
+        Varchar(_) | CharVarying(_) | CharacterVarying(_) | Text | String(_) | Char(_)
+        | Character(_) | Nvarchar(_) | Uuid | JSON | JSONB => DataType::Utf8,
+        Boolean | Bool => DataType::Boolean,
+        TinyInt(_) | Int8(_) if matches!(t, TinyInt(_)) => DataType::Int8,
+        SmallInt(_) | Int2(_) => DataType::Int16,
+        Int(_) | Integer(_) | Int4(_) | MediumInt(_) => DataType::Int32,
+        BigInt(_) | Int8(_) | Int64 => DataType::Int64,
+        TinyIntUnsigned(_) | UTinyInt => DataType::UInt8,
+        SmallIntUnsigned(_) | USmallInt => DataType::UInt16,
+        IntUnsigned(_) | IntegerUnsigned(_) | UInt32 => DataType::UInt32,
+        BigIntUnsigned(_) | UBigInt | UInt64 => DataType::UInt64,
+        Real | Float4 | Float32 => DataType::Float32,
+        Float(_) | Double(_) | DoublePrecision | Float8 | Float64 => DataType::Float64,
+        Decimal(info) | Numeric(info) | Dec(info) => match info {
+            ExactNumberInfo::PrecisionAndScale(p, s) => DataType::Decimal128(*p as u8, *s as i8),
+            ExactNumberInfo::Precision(p) => DataType::Decimal128(*p as u8, 0),
+            ExactNumberInfo::None => DataType::Decimal128(38, 10),
+        },
+        Date => DataType::Date32,
+        Timestamp(
+            _,
+            TimezoneInfo::None
+            | TimezoneInfo::WithTimeZone
+            | TimezoneInfo::WithoutTimeZone
+            | TimezoneInfo::Tz,
+        )
+        | Datetime(_)
+        | TimestampNtz(_) => timestamp_type(),
+        Bytea | Blob(_) | Binary(_) | Varbinary(_) => DataType::Binary,
+        other => {
+            return Err(FormatError::Schema(format!(
+                "type {other} is not supported in an input schema; use VARCHAR, BIGINT, INT, DOUBLE, REAL, BOOLEAN, DECIMAL(p,s), DATE or TIMESTAMP"
+            )));
+        }
+    })
+}
+
+/// A JSON schema file: either `{"col": "SQL TYPE", ...}` (in order) or
+/// `[{"name": "col", "type": "SQL TYPE", "nullable": true}, ...]`.
+pub fn parse_json_schema(text: &str) -> Result<SchemaRef> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| FormatError::Schema(format!("schema file is not JSON: {e}")))?;
+    let mut columns = Vec::new();
+    match &value {
+        serde_json::Value::Object(map) => {
+            for (name, t) in map {
+                let t = t.as_str().ok_or_else(|| {
+                    FormatError::Schema(format!(
+                        "the type of column {name} must be a string like \"VARCHAR\""
+                    ))
+                })?;
+                columns.push(format!("{} {t}", quote_ident(name)));
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                let name = item.get("name").and_then(|n| n.as_str());
+                let t = item.get("type").and_then(|n| n.as_str());
+                match (name, t) {
+                    (Some(n), Some(t)) => columns.push(format!("{} {t}", quote_ident(n))),
+                    _ => {
+                        return Err(FormatError::Schema(format!(
+                            "schema entry {item} needs \"name\" and \"type\""
+                        )));
+                    }
+                }
+            }
+        }
+        _ => {
+            return Err(FormatError::Schema(
+                "a schema file is a JSON object {\"col\": \"TYPE\"} or a list of {\"name\", \"type\"}".into(),
+            ));
+        }
+    }
+    if columns.is_empty() {
+        return Err(FormatError::Schema("the schema has no columns".into()));
+    }
+    parse_column_list(&columns.join(", "))
+}
+
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn check_unique(fields: &[Field]) -> Result<()> {
+    for (i, f) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|g| g.name() == f.name()) {
+            return Err(FormatError::Schema(format!(
+                "column {} is declared twice",
+                f.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Infers a schema from sample records (JSON objects). Strings that are all
+/// RFC 3339 date-times become timestamps; numbers that mix ints and floats
+/// become DOUBLE.
+pub fn infer_schema(records: &[&[u8]]) -> Result<SchemaRef> {
+    let mut values = Vec::with_capacity(records.len());
+    for (i, r) in records.iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_slice(r).map_err(|e| {
+            FormatError::Schema(format!(
+                "cannot infer a schema: sample record {} is not JSON: {e}",
+                i + 1
+            ))
+        })?;
+        if !v.is_object() {
+            return Err(FormatError::Schema(format!(
+                "cannot infer a schema: sample record {} is not a JSON object",
+                i + 1
+            )));
+        }
+        values.push(v);
+    }
+    if values.is_empty() {
+        return Err(FormatError::Schema(
+            "cannot infer a schema from an empty input; declare it with --schema \"col TYPE, ...\""
+                .into(),
+        ));
+    }
+    let inferred = arrow::json::reader::infer_json_schema_from_iterator(values.iter().map(Ok))?;
+    let fields: Vec<Field> = inferred
+        .fields()
+        .iter()
+        .map(|f| {
+            let dt = match f.data_type() {
+                DataType::Utf8 if all_timestamps(&values, f.name()) => timestamp_type(),
+                other => other.clone(),
+            };
+            Field::new(f.name(), dt, true)
+        })
+        .collect();
+    Ok(Arc::new(Schema::new(Fields::from(fields))))
+}
+
+fn all_timestamps(values: &[serde_json::Value], name: &str) -> bool {
+    let mut seen = false;
+    for v in values {
+        match v.get(name) {
+            Some(serde_json::Value::String(s)) => {
+                // A date-time, not a bare number or date.
+                if s.len() < 16 || parse_timestamp_micros(s.as_bytes()).is_none() {
+                    return false;
+                }
+                seen = true;
+            }
+            Some(serde_json::Value::Null) | None => {}
+            Some(_) => return false,
+        }
+    }
+    seen
+}
+
+/// `name: TYPE` lines, as `ubik validate` prints schemas.
+pub fn describe(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn column_lists() {
+        let s = parse_column_list(
+            "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE, n BIGINT, d DECIMAL(10,2)",
+        )
+        .unwrap();
+        assert_eq!(s.field(1).data_type(), &timestamp_type());
+        assert_eq!(s.field(4).data_type(), &DataType::Decimal128(10, 2));
+        assert!(parse_column_list("a VARCHAR, a INT").is_err());
+        assert!(parse_column_list("a NOPE").is_err());
+        let j = parse_json_schema(r#"{"merchant": "VARCHAR", "ts": "TIMESTAMP"}"#).unwrap();
+        assert_eq!(j.field(0).name(), "merchant");
+    }
+
+    #[test]
+    fn inference() {
+        let recs: Vec<&[u8]> = vec![
+            br#"{"m":"a","ts":"2024-01-01T00:00:00Z","x":1}"#,
+            br#"{"m":"b","ts":"2024-01-01T00:00:01.5Z","x":2.5,"flag":true}"#,
+        ];
+        let s = infer_schema(&recs).unwrap();
+        assert_eq!(
+            s.field_with_name("ts").unwrap().data_type(),
+            &timestamp_type()
+        );
+        assert_eq!(
+            s.field_with_name("x").unwrap().data_type(),
+            &DataType::Float64
+        );
+        assert_eq!(s.field_with_name("m").unwrap().data_type(), &DataType::Utf8);
+    }
+}

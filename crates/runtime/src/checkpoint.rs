@@ -1,0 +1,269 @@
+//! Checkpoint directories.
+//!
+//! ```text
+//! DIR/CURRENT              name of the latest complete checkpoint
+//! DIR/ckpt-00000042/       one checkpoint (kept: the last few)
+//!     manifest.json        format, pipeline fingerprint, epoch, source position, counters
+//!     engine.state         watermarks + operator state (Arrow IPC, see ubik_engine::checkpoint)
+//!     pending.arrow        output handed to the host after this point, if any (Python leg)
+//! DIR/idle.log             idle-close decisions since the last checkpoint
+//! ```
+//!
+//! A checkpoint is written into `ckpt-N.tmp/`, every file fsynced, renamed
+//! to `ckpt-N/`, and only then named in `CURRENT` (temp file + fsync +
+//! rename + directory fsync). A crash at any point leaves the previous
+//! checkpoint intact and current.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+
+/// Bumped when the layout of a checkpoint directory changes.
+pub const CHECKPOINT_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// Identity of the pipeline (query, schema, semantics options): a
+    /// checkpoint only resumes the pipeline that wrote it.
+    pub fingerprint: String,
+    /// What the fingerprint was computed from, for error messages.
+    pub identity: serde_json::Value,
+    pub epoch: u64,
+    pub source: serde_json::Value,
+    /// Records consumed per partition (positions of idle-close decisions).
+    pub consumed: std::collections::BTreeMap<u32, u64>,
+    /// Changelog records emitted before this checkpoint.
+    pub emitted: u64,
+    pub created_ms: i64,
+    /// Engine state bytes (for reporting).
+    pub state_bytes: u64,
+    pub state_keys: u64,
+}
+
+pub struct CheckpointStore {
+    dir: PathBuf,
+    keep: usize,
+}
+
+/// A checkpoint read back.
+pub struct Loaded {
+    pub manifest: Manifest,
+    pub engine_state: Vec<u8>,
+    pub pending: Option<Vec<u8>>,
+}
+
+fn ckpt_err(what: &str, path: &Path, e: std::io::Error) -> RuntimeError {
+    RuntimeError::Checkpoint(format!("{what} {}: {e}", path.display()))
+}
+
+fn fsync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| ckpt_err("cannot sync directory", dir, e))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).map_err(|e| ckpt_err("cannot create", path, e))?;
+    f.write_all(bytes)
+        .map_err(|e| ckpt_err("cannot write", path, e))?;
+    f.sync_all().map_err(|e| ckpt_err("cannot sync", path, e))
+}
+
+impl CheckpointStore {
+    pub fn open(dir: impl Into<PathBuf>, keep: usize) -> Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)
+            .map_err(|e| ckpt_err("cannot create checkpoint directory", &dir, e))?;
+        Ok(Self {
+            dir,
+            keep: keep.max(1),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn name(epoch: u64) -> String {
+        format!("ckpt-{epoch:08}")
+    }
+
+    /// The latest complete checkpoint, if any.
+    pub fn load_latest(&self) -> Result<Option<Loaded>> {
+        let current = self.dir.join("CURRENT");
+        let name = match fs::read_to_string(&current) {
+            Ok(s) => s.trim().to_string(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ckpt_err("cannot read", &current, e)),
+        };
+        self.load_named(&name).map(Some)
+    }
+
+    /// The checkpoint of `epoch`, if still kept.
+    pub fn load_epoch(&self, epoch: u64) -> Result<Loaded> {
+        self.load_named(&Self::name(epoch))
+    }
+
+    fn load_named(&self, name: &str) -> Result<Loaded> {
+        let dir = self.dir.join(name);
+        let manifest_path = dir.join("manifest.json");
+        let text =
+            fs::read(&manifest_path).map_err(|e| ckpt_err("cannot read", &manifest_path, e))?;
+        let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
+            RuntimeError::Checkpoint(format!(
+                "{} is not a valid manifest: {e}",
+                manifest_path.display()
+            ))
+        })?;
+        if manifest.format != CHECKPOINT_FORMAT {
+            return Err(RuntimeError::Checkpoint(format!(
+                "{} has format {}, this ubik reads format {CHECKPOINT_FORMAT}",
+                dir.display(),
+                manifest.format
+            )));
+        }
+        let state_path = dir.join("engine.state");
+        let engine_state =
+            fs::read(&state_path).map_err(|e| ckpt_err("cannot read", &state_path, e))?;
+        let pending_path = dir.join("pending.arrow");
+        let pending = match fs::read(&pending_path) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(ckpt_err("cannot read", &pending_path, e)),
+        };
+        Ok(Loaded {
+            manifest,
+            engine_state,
+            pending,
+        })
+    }
+
+    /// Writes a checkpoint atomically and makes it current.
+    pub fn write(
+        &self,
+        manifest: &Manifest,
+        engine_state: &[u8],
+        pending: Option<&[u8]>,
+    ) -> Result<()> {
+        let name = Self::name(manifest.epoch);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let fin = self.dir.join(&name);
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(|e| ckpt_err("cannot clear", &tmp, e))?;
+        }
+        fs::create_dir_all(&tmp).map_err(|e| ckpt_err("cannot create", &tmp, e))?;
+        write_synced(&tmp.join("engine.state"), engine_state)?;
+        if let Some(p) = pending {
+            write_synced(&tmp.join("pending.arrow"), p)?;
+        }
+        let json = serde_json::to_vec_pretty(manifest)
+            .map_err(|e| RuntimeError::Checkpoint(format!("cannot encode manifest: {e}")))?;
+        write_synced(&tmp.join("manifest.json"), &json)?;
+        fsync_dir(&tmp)?;
+        if fin.exists() {
+            fs::remove_dir_all(&fin).map_err(|e| ckpt_err("cannot replace", &fin, e))?;
+        }
+        fs::rename(&tmp, &fin).map_err(|e| ckpt_err("cannot rename", &tmp, e))?;
+        fsync_dir(&self.dir)?;
+        let current_tmp = self.dir.join("CURRENT.tmp");
+        write_synced(&current_tmp, name.as_bytes())?;
+        fs::rename(&current_tmp, self.dir.join("CURRENT"))
+            .map_err(|e| ckpt_err("cannot rename", &current_tmp, e))?;
+        fsync_dir(&self.dir)?;
+        self.prune(manifest.epoch);
+        Ok(())
+    }
+
+    /// Keeps the newest `keep` checkpoints; failures only cost disk space.
+    fn prune(&self, latest: u64) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(epoch) = name
+                .strip_prefix("ckpt-")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if epoch + (self.keep as u64) <= latest {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    fn idle_log_path(&self) -> PathBuf {
+        self.dir.join("idle.log")
+    }
+
+    /// Appends one idle-close decision, durably, before it takes effect.
+    pub fn append_idle(&self, event: &IdleEvent) -> Result<()> {
+        let path = self.idle_log_path();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| ckpt_err("cannot open", &path, e))?;
+        let mut line = serde_json::to_vec(event).expect("idle event encodes");
+        line.push(b'\n');
+        f.write_all(&line)
+            .map_err(|e| ckpt_err("cannot write", &path, e))?;
+        f.sync_data().map_err(|e| ckpt_err("cannot sync", &path, e))
+    }
+
+    /// Idle-close decisions logged since the last checkpoint.
+    pub fn read_idle(&self, after_epoch: u64) -> Result<Vec<IdleEvent>> {
+        let path = self.idle_log_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ckpt_err("cannot read", &path, e)),
+        };
+        // A torn last line (crash while appending) was never acted on.
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<IdleEvent>(l).ok())
+            .filter(|e| e.epoch >= after_epoch)
+            .collect())
+    }
+
+    /// Drops idle decisions a checkpoint now covers.
+    pub fn truncate_idle(&self, epoch: u64) -> Result<()> {
+        let kept = self.read_idle(epoch)?;
+        let mut text = Vec::new();
+        for e in kept {
+            text.extend(serde_json::to_vec(&e).expect("idle event encodes"));
+            text.push(b'\n');
+        }
+        let tmp = self.dir.join("idle.log.tmp");
+        write_synced(&tmp, &text)?;
+        fs::rename(&tmp, self.idle_log_path()).map_err(|e| ckpt_err("cannot rename", &tmp, e))
+    }
+}
+
+/// An idle-close decision: at `position` records into `partition` (counted
+/// from the start of the stream), its watermark was pushed to `watermark`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleEvent {
+    /// The epoch the decision was made in (the one after the last checkpoint).
+    pub epoch: u64,
+    pub partition: u32,
+    pub position: u64,
+    pub watermark: i64,
+}
+
+/// FNV-1a, 64 bits: a stable fingerprint (std's hasher may change between releases).
+pub fn fingerprint(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}

@@ -1,0 +1,644 @@
+//! [`Pipeline`]: one source, decoded, through one query, step by step.
+//!
+//! The caller drives it: [`Pipeline::step`] reads one chunk and returns the
+//! changelog it produced; the caller hands the changes on (a sink, a Python
+//! host), makes them durable, and then calls [`Pipeline::checkpoint`].
+//! Emit, commit, checkpoint: a crash anywhere replays from the last
+//! checkpoint and re-emits byte-identical records.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use serde_json::json;
+use tracing::{debug, info, warn};
+use ubik_connectors::{DemoSource, FileSource};
+use ubik_engine::connector::{Chunk, Payload, Source, SourceEvent};
+use ubik_engine::plan::{EventTime, QueryKind};
+use ubik_engine::query::Query;
+use ubik_engine::time::{MIN_TIME, next_tick};
+use ubik_engine::{Catalog, ChangeBatch, Output, QueryPlan, QuerySnapshot, plan_query};
+use ubik_format::json::JsonDecoder;
+use ubik_format::schema::{describe, infer_schema};
+
+use crate::changes::{decode_changes, encode_changes};
+use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
+use crate::config::{ErrorPolicy, PipelineConfig, SourceSpec};
+use crate::dead_letter::{DeadLetter, DeadLetterSink, StderrDeadLetters};
+use crate::error::{Result, RuntimeError};
+
+/// Counters of a running pipeline.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    pub records_in: u64,
+    pub bytes_in: u64,
+    pub decode_errors: u64,
+    pub dead_letters: u64,
+    pub late_rows: u64,
+    pub changes_out: u64,
+    pub checkpoints: u64,
+    pub last_checkpoint_ms: f64,
+    pub state_bytes: u64,
+    pub state_keys: u64,
+    pub watermark: i64,
+    pub started: Instant,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            records_in: 0,
+            bytes_in: 0,
+            decode_errors: 0,
+            dead_letters: 0,
+            late_rows: 0,
+            changes_out: 0,
+            checkpoints: 0,
+            last_checkpoint_ms: 0.0,
+            state_bytes: 0,
+            state_keys: 0,
+            watermark: MIN_TIME,
+            started: Instant::now(),
+        }
+    }
+}
+
+/// What a step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Read input (and possibly emitted changes).
+    Data,
+    /// Nothing arrived before the poll timeout.
+    Idle,
+    /// A bounded input ended; everything has been emitted.
+    Finished,
+}
+
+pub struct Pipeline {
+    query: Query,
+    source: Box<dyn Source>,
+    source_name: String,
+    decoder: JsonDecoder,
+    schema: SchemaRef,
+    policy: ErrorPolicy,
+    dead_letters: Box<dyn DeadLetterSink>,
+    store: Option<CheckpointStore>,
+    identity: serde_json::Value,
+    fingerprint: String,
+    /// Epoch of the last checkpoint (0: none yet).
+    epoch: u64,
+    /// Records consumed per partition since the start of the stream.
+    consumed: BTreeMap<u32, u64>,
+    emitted: u64,
+    batch_size: usize,
+    poll_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    last_data: BTreeMap<u32, Instant>,
+    last_push: BTreeMap<u32, Instant>,
+    /// Idle decisions of a previous run to re-apply at the same positions.
+    replay: VecDeque<IdleEvent>,
+    restored_output: VecDeque<ChangeBatch>,
+    finished: bool,
+    pub stats: Stats,
+}
+
+fn open_source(spec: SourceSpec) -> Result<Box<dyn Source>> {
+    Ok(match spec {
+        SourceSpec::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
+        SourceSpec::Stdin => Box::new(FileSource::stdin()),
+        SourceSpec::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
+        SourceSpec::Provided(s) => s,
+    })
+}
+
+/// Plans `sql` against a single table without opening anything: the exact
+/// result schema and key, before any row is read.
+pub fn plan_for(
+    sql: &str,
+    table: &str,
+    schema: SchemaRef,
+    options: ubik_engine::QueryOptions,
+) -> Result<QueryPlan> {
+    let catalog = Catalog::new().with_table(table, schema);
+    Ok(plan_query(sql, &catalog, options)?)
+}
+
+impl Pipeline {
+    /// Opens the source, resolves the schema, plans the query and, when a
+    /// checkpoint exists, resumes from it.
+    pub fn open(config: PipelineConfig) -> Result<Self> {
+        Self::open_with(config, Box::new(StderrDeadLetters))
+    }
+
+    pub fn open_with(
+        config: PipelineConfig,
+        dead_letters: Box<dyn DeadLetterSink>,
+    ) -> Result<Self> {
+        // Files, stdin and the demo have no table name of their own: they
+        // take the name the query reads from.
+        let flexible = matches!(
+            config.source,
+            SourceSpec::File(_) | SourceSpec::Stdin | SourceSpec::Demo { .. }
+        );
+        let mut source = open_source(config.source)?;
+        let table = match ubik_engine::sql::referenced_tables(&config.sql).as_slice() {
+            [one] if flexible => one.clone(),
+            _ => source.table().to_string(),
+        };
+        let schema = match config.schema.clone().or_else(|| source.schema()) {
+            Some(s) => s,
+            None => {
+                let sample = source.sample(config.infer_sample)?;
+                let refs: Vec<&[u8]> = sample.iter().map(|r| r.as_slice()).collect();
+                let s = infer_schema(&refs)?;
+                info!(schema = %describe(&s), "inferred the input schema from {} records", refs.len());
+                s
+            }
+        };
+        let plan = plan_for(
+            &config.sql,
+            &table,
+            Arc::clone(&schema),
+            config.options.clone(),
+        )?;
+        let identity = json!({
+            "sql": config.sql,
+            "table": table,
+            "schema": describe(&schema),
+            "options": config.options,
+        });
+        let fingerprint = fingerprint(&identity.to_string());
+        let mut query = Query::new(plan)?;
+        for p in source.partitions() {
+            query.add_partition(p);
+        }
+        let source_name = source.describe();
+        let decoder = JsonDecoder::new(Arc::clone(&schema))?;
+        let mut pipeline = Self {
+            query,
+            source,
+            source_name,
+            decoder,
+            schema,
+            policy: config.on_error,
+            dead_letters,
+            store: None,
+            identity,
+            fingerprint,
+            epoch: 0,
+            consumed: BTreeMap::new(),
+            emitted: 0,
+            batch_size: config.batch_size.max(1),
+            poll_timeout: Duration::from_millis(100),
+            idle_timeout: config.idle_timeout,
+            last_data: BTreeMap::new(),
+            last_push: BTreeMap::new(),
+            replay: VecDeque::new(),
+            restored_output: VecDeque::new(),
+            finished: false,
+            stats: Stats::default(),
+        };
+        if let Some(ck) = &config.checkpoint {
+            let store = CheckpointStore::open(&ck.dir, ck.keep)?;
+            pipeline.store = Some(store);
+            pipeline.resume(None)?;
+        }
+        Ok(pipeline)
+    }
+
+    /// Resumes from the latest checkpoint, or from `epoch` if given.
+    pub fn resume(&mut self, epoch: Option<u64>) -> Result<bool> {
+        let Some(store) = self.store.as_ref() else {
+            return Ok(false);
+        };
+        let loaded = match epoch {
+            Some(e) => Some(store.load_epoch(e)?),
+            None => store.load_latest()?,
+        };
+        let Some(loaded) = loaded else {
+            return Ok(false);
+        };
+        let m = &loaded.manifest;
+        if m.fingerprint != self.fingerprint {
+            return Err(RuntimeError::Checkpoint(format!(
+                "the checkpoint in {} was written by a different pipeline (query, schema or options changed).\n  checkpoint: {}\n  now:        {}\nuse a new checkpoint directory for a new pipeline",
+                store.dir().display(),
+                m.identity,
+                self.identity
+            )));
+        }
+        if !self.source.replayable() {
+            return Err(RuntimeError::Config(format!(
+                "{} cannot be replayed, so it cannot resume from the checkpoint in {}",
+                self.source_name,
+                store.dir().display()
+            )));
+        }
+        self.source.seek(&m.source)?;
+        let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
+        let plan = self.query.plan().clone();
+        let mut query = Query::new(plan)?;
+        query.restore(snapshot)?;
+        self.query = query;
+        self.epoch = m.epoch;
+        self.consumed = m.consumed.clone();
+        self.emitted = m.emitted;
+        self.replay = store.read_idle(m.epoch + 1)?.into();
+        if let Some(p) = &loaded.pending {
+            self.restored_output = decode_changes(&self.query.plan().output_schema, p)?.into();
+        }
+        info!(
+            epoch = m.epoch,
+            position = %m.source,
+            idle_replays = self.replay.len(),
+            "resumed from checkpoint"
+        );
+        Ok(true)
+    }
+
+    pub fn plan(&self) -> &QueryPlan {
+        self.query.plan()
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished && self.restored_output.is_empty()
+    }
+
+    pub fn has_checkpoints(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Records emitted so far (as counted by the caller via [`Self::note_emitted`]).
+    pub fn emitted(&self) -> u64 {
+        self.emitted
+    }
+
+    pub fn note_emitted(&mut self, records: u64) {
+        self.emitted += records;
+        self.stats.changes_out += records;
+    }
+
+    pub fn set_poll_timeout(&mut self, t: Duration) {
+        self.poll_timeout = t;
+    }
+
+    /// Reads one chunk of input and processes it; changes go to `out.changes`.
+    pub fn step(&mut self, out: &mut Output) -> Result<Step> {
+        if let Some(b) = self.restored_output.pop_front() {
+            out.changes.push(b);
+            return Ok(Step::Data);
+        }
+        if self.finished {
+            return Ok(Step::Finished);
+        }
+        let event = self.source.poll(self.batch_size, self.poll_timeout)?;
+        let step = match event {
+            SourceEvent::Chunk(chunk) => {
+                self.on_chunk(chunk, out)?;
+                Step::Data
+            }
+            SourceEvent::PartitionEnd(p) => {
+                self.replay_until(p, u64::MAX, out)?;
+                self.query.end_partition(p, out)?;
+                Step::Data
+            }
+            SourceEvent::End => {
+                self.query.finish(out)?;
+                self.finished = true;
+                Step::Finished
+            }
+            SourceEvent::Idle => {
+                self.on_idle(out)?;
+                Step::Idle
+            }
+        };
+        self.dead_letter_rejects(out, None)?;
+        self.stats.watermark = self.query.watermark();
+        Ok(step)
+    }
+
+    fn on_chunk(&mut self, chunk: Chunk, out: &mut Output) -> Result<()> {
+        let p = chunk.partition;
+        let n = chunk.payload.len() as u64;
+        self.stats.records_in += n;
+        self.last_data.insert(p, Instant::now());
+        let (batch, record_of): (RecordBatch, Vec<u32>) = match &chunk.payload {
+            Payload::Json { data, .. } => {
+                self.stats.bytes_in += data.len() as u64;
+                let records = chunk.payload.records();
+                let decoded = self.decoder.decode(&records)?;
+                for bad in &decoded.bad {
+                    self.stats.decode_errors += 1;
+                    let pos = chunk.positions.get(bad.index).copied();
+                    let place = match pos {
+                        Some(pos) => {
+                            format!("{} {pos} of {}", chunk.position_name, self.source_name)
+                        }
+                        None => self.source_name.clone(),
+                    };
+                    match self.policy {
+                        ErrorPolicy::Fail => {
+                            return Err(RuntimeError::BadRecord(format!(
+                                "bad record at {place}: {}\nuse --on-error skip to skip bad records or --on-error dlq to dead-letter them",
+                                bad.message
+                            )));
+                        }
+                        ErrorPolicy::Skip => {
+                            warn!("skipping bad record at {place}: {}", bad.message);
+                        }
+                        ErrorPolicy::DeadLetter => {
+                            self.stats.dead_letters += 1;
+                            self.dead_letters.write(&DeadLetter {
+                                reason: "decode",
+                                message: &bad.message,
+                                source: &self.source_name,
+                                partition: p,
+                                position: pos.map(|x| (x, chunk.position_name)),
+                                record: chunk.payload.record(bad.index),
+                            })?;
+                        }
+                    }
+                }
+                let record_of = if decoded.records.is_empty() {
+                    (0..decoded.batch.num_rows() as u32).collect()
+                } else {
+                    decoded.records.clone()
+                };
+                (decoded.batch, record_of)
+            }
+            Payload::Arrow(b) => {
+                let b = conform(b, &self.schema)?;
+                let ids = (0..b.num_rows() as u32).collect();
+                (b, ids)
+            }
+        };
+        // Feed the batch, splitting it where a previous run pushed an idle watermark.
+        let base = self.consumed.get(&p).copied().unwrap_or(0);
+        let mut row = 0usize;
+        while let Some(ev) = self
+            .replay
+            .front()
+            .filter(|e| e.partition == p && e.position < base + n)
+            .cloned()
+        {
+            let k = ev.position.saturating_sub(base);
+            let upto = record_of.partition_point(|&r| (r as u64) < k);
+            self.feed(p, &batch, row, upto, &chunk, &record_of, out)?;
+            self.query.push_watermark(p, ev.watermark, out)?;
+            self.replay.pop_front();
+            row = upto;
+        }
+        self.feed(p, &batch, row, batch.num_rows(), &chunk, &record_of, out)?;
+        self.consumed.insert(p, base + n);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn feed(
+        &mut self,
+        p: u32,
+        batch: &RecordBatch,
+        from: usize,
+        to: usize,
+        chunk: &Chunk,
+        record_of: &[u32],
+        out: &mut Output,
+    ) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        let slice = if from == 0 && to == batch.num_rows() {
+            batch.clone()
+        } else {
+            batch.slice(from, to - from)
+        };
+        let before = out.rejects.len();
+        self.query.process(p, &slice, out)?;
+        if out.rejects.len() > before {
+            self.dead_letter_rejects(out, Some((chunk, record_of, from)))?;
+        }
+        Ok(())
+    }
+
+    /// Sends engine rejects to the dead-letter output with their original bytes.
+    fn dead_letter_rejects(
+        &mut self,
+        out: &mut Output,
+        chunk: Option<(&Chunk, &[u32], usize)>,
+    ) -> Result<()> {
+        for r in out.rejects.drain(..) {
+            self.stats.dead_letters += 1;
+            if r.reason.code() == "late" {
+                self.stats.late_rows += 1;
+            }
+            let message = r.reason.to_string();
+            let (position, record) = match chunk {
+                Some((c, record_of, offset)) => {
+                    let idx = record_of.get(r.row + offset).map(|&i| i as usize);
+                    (
+                        idx.and_then(|i| c.positions.get(i).map(|&x| (x, c.position_name))),
+                        idx.and_then(|i| c.payload.record(i)),
+                    )
+                }
+                None => (None, None),
+            };
+            self.dead_letters.write(&DeadLetter {
+                reason: r.reason.code(),
+                message: &message,
+                source: &self.source_name,
+                partition: r.partition,
+                position,
+                record,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Re-applies logged idle decisions of `p` up to `position`.
+    fn replay_until(&mut self, p: u32, position: u64, out: &mut Output) -> Result<()> {
+        while let Some(ev) = self
+            .replay
+            .front()
+            .filter(|e| e.partition == p && e.position <= position)
+            .cloned()
+        {
+            self.query.push_watermark(p, ev.watermark, out)?;
+            self.replay.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Idle close: a partition without data for `idle_timeout` has its
+    /// watermark advanced with the wall clock, so the last windows of a quiet
+    /// stream still close. The decision is logged first, so a replay makes
+    /// it at the same input position.
+    fn on_idle(&mut self, out: &mut Output) -> Result<()> {
+        let Some(timeout) = self.idle_timeout else {
+            return Ok(());
+        };
+        // Logged decisions of a previous run come first; apply those at the
+        // current positions, never new ones before them.
+        if let Some(ev) = self.replay.front().cloned() {
+            if self.consumed.get(&ev.partition).copied().unwrap_or(0) >= ev.position {
+                self.replay_until(ev.partition, ev.position, out)?;
+            }
+            return Ok(());
+        }
+        let now = Instant::now();
+        let progress = self.query.progress().clone();
+        let event_time = match &self.query.plan().kind {
+            QueryKind::Aggregate(a) => matches!(a.event_time, EventTime::Column(_)),
+            QueryKind::Passthrough(_) => return Ok(()),
+        };
+        let lateness = progress.lateness;
+        let grid = self.query.plan().options.emit_every_rows.max(1);
+        let others_max = progress
+            .partitions
+            .values()
+            .filter(|pp| !pp.ended && pp.max_time != MIN_TIME)
+            .map(|pp| pp.watermark(lateness))
+            .max();
+        for (&p, pp) in &progress.partitions {
+            if pp.ended {
+                continue;
+            }
+            let since = *self.last_data.entry(p).or_insert(self.stats.started);
+            let idle_for = now.duration_since(since);
+            if idle_for < timeout {
+                continue;
+            }
+            if self
+                .last_push
+                .get(&p)
+                .is_some_and(|t| now.duration_since(*t) < Duration::from_secs(1))
+            {
+                continue;
+            }
+            let target = if !event_time {
+                next_tick(pp.max_time, grid)
+            } else if pp.max_time == MIN_TIME {
+                match others_max {
+                    Some(w) => w,
+                    None => continue,
+                }
+            } else {
+                pp.max_time
+                    .saturating_sub(lateness)
+                    .saturating_add(idle_for.as_micros() as i64)
+            };
+            if target <= pp.watermark(lateness) {
+                continue;
+            }
+            let position = self.consumed.get(&p).copied().unwrap_or(0);
+            if let Some(store) = &self.store {
+                store.append_idle(&IdleEvent {
+                    epoch: self.epoch + 1,
+                    partition: p,
+                    position,
+                    watermark: target,
+                })?;
+            }
+            debug!(
+                partition = p,
+                watermark = target,
+                "idle partition: watermark advanced"
+            );
+            self.query.push_watermark(p, target, out)?;
+            self.last_push.insert(p, now);
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint of the state as of now. `pending` is output the
+    /// host received but has not committed yet (it is handed out again on
+    /// resume); pass `&[]` when everything emitted is already committed.
+    pub fn checkpoint(&mut self, pending: &[ChangeBatch]) -> Result<()> {
+        let Some(store) = self.store.as_ref() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        self.dead_letters.commit()?;
+        let snapshot = self.query.snapshot()?;
+        let state = snapshot.encode()?;
+        let epoch = self.epoch + 1;
+        let position = self.source.position();
+        let mut pending_all: Vec<ChangeBatch> = pending.to_vec();
+        pending_all.extend(self.restored_output.iter().cloned());
+        let pending_bytes = if pending_all.is_empty() {
+            None
+        } else {
+            Some(encode_changes(
+                &self.query.plan().output_schema,
+                &pending_all,
+            )?)
+        };
+        let manifest = Manifest {
+            format: CHECKPOINT_FORMAT,
+            fingerprint: self.fingerprint.clone(),
+            identity: self.identity.clone(),
+            epoch,
+            source: position.clone(),
+            consumed: self.consumed.clone(),
+            emitted: self.emitted,
+            created_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            state_bytes: state.len() as u64,
+            state_keys: self.query.state_keys() as u64,
+        };
+        store.write(&manifest, &state, pending_bytes.as_deref())?;
+        store.truncate_idle(epoch + 1)?;
+        self.epoch = epoch;
+        self.source.commit(&position)?;
+        self.stats.checkpoints += 1;
+        self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.stats.state_bytes = state.len() as u64;
+        self.stats.state_keys = manifest.state_keys;
+        debug!(
+            epoch,
+            bytes = state.len(),
+            ms = self.stats.last_checkpoint_ms,
+            "checkpoint written"
+        );
+        Ok(())
+    }
+
+    /// Output restored from a checkpoint and not yet handed out again.
+    pub fn take_restored(&mut self) -> Vec<ChangeBatch> {
+        self.restored_output.drain(..).collect()
+    }
+}
+
+/// Casts an in-process Arrow batch to the declared source schema.
+fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch.clone());
+    }
+    let mut cols = Vec::with_capacity(schema.fields().len());
+    for f in schema.fields() {
+        let c = batch.column_by_name(f.name()).ok_or_else(|| {
+            RuntimeError::Config(format!("input batch has no column '{}'", f.name()))
+        })?;
+        cols.push(if c.data_type() == f.data_type() {
+            Arc::clone(c)
+        } else {
+            arrow::compute::cast(c, f.data_type())?
+        });
+    }
+    Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
+}

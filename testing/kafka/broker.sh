@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# A real single-node Apache Kafka broker (KRaft: broker and controller in one JVM) for ubik's
+# integration tests, listening on 127.0.0.1 only. No Docker: the jars come from Maven Central
+# through pom.xml beside this script, and are cached outside the repo.
+#
+#   broker.sh install   fetch the jars once into $UBIK_CACHE_DIR/kafka-<version>/lib
+#   broker.sh start     install if needed, start (or reuse) the broker, print its address
+#   broker.sh stop | status | address | clean   (clean = stop and delete the broker's data)
+#
+# Env: UBIK_CACHE_DIR (default $HOME/.cache/ubik), UBIK_KAFKA_PORT (default 39092; the
+# controller listens on PORT+1), UBIK_KAFKA_START_TIMEOUT (seconds, default 60),
+# UBIK_KAFKA_JAVA_OPTS (extra JVM flags, appended).
+# Needs Java 17+, Maven 3.6.3+ (first install only), flock. selfcheck.py shows what works.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE=${UBIK_CACHE_DIR:-$HOME/.cache/ubik}
+VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/pom.xml")
+LIB=$CACHE/kafka-$VERSION/lib
+MARKER=$CACHE/kafka-$VERSION/installed # written last; holds the hash of the pom it came from
+JSA=$CACHE/kafka-$VERSION/classes.jsa   # class-data-sharing archive of the broker's classes
+PORT=${UBIK_KAFKA_PORT:-39092}
+CPORT=$((PORT + 1))
+STATE=$CACHE/kafka-run/$PORT # config, data, log and pid of the broker on this port
+PIDFILE=$STATE/kafka.pid
+LOG=$STATE/server.log
+TIMEOUT=${UBIK_KAFKA_START_TIMEOUT:-60}
+
+die() { echo "broker.sh: $*" >&2; exit 1; }
+
+# Serialise install/start/stop: parallel test jobs may share the cache and the broker.
+lock() { mkdir -p "$CACHE"; exec 9>"$CACHE/kafka.lock"; flock 9; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Whether pid $1 is our broker on $PORT. Not `kill -0`: that is true for a zombie (and the pid
+# may have been reused); a zombie's cmdline is empty.
+alive() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "kafka.Kafka $STATE/server.properties"; }
+
+# Whether pid $1 has not finished exiting: its cmdline empties early in the exit, before its
+# sockets and files are released; a zombie (state Z) holds nothing any more.
+running() { local st; st=$(sed 's/.*) //' 2>/dev/null "/proc/$1/stat") && [[ ${st:0:1} != Z ]]; }
+
+# Prints the pid of the broker this script started on $PORT, if it is alive. A stale pid file
+# (reboot, kill -9, pid reused by another program) is removed.
+our_pid() {
+  local pid
+  pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
+  if [[ $pid =~ ^[0-9]+$ ]] && alive "$pid"; then
+    echo "$pid"
+  else
+    rm -f "$PIDFILE"
+    return 1
+  fi
+}
+
+install() {
+  local sum
+  sum=$(sha256sum "$HERE/pom.xml" | cut -d' ' -f1)
+  [[ $(cat "$MARKER" 2>/dev/null) == "$sum" ]] && return 0
+  command -v mvn >/dev/null || die "mvn not found: Maven is needed to fetch Kafka $VERSION"
+  echo "broker.sh: installing Apache Kafka $VERSION into $LIB" >&2
+  rm -rf "$MARKER" "$JSA" "$LIB" "$LIB.tmp"
+  mkdir -p "$LIB.tmp"
+  mvn -B -q -f "$HERE/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$LIB.tmp" >"$LIB.tmp/../mvn.log" 2>&1 ||
+    { cat "$LIB.tmp/../mvn.log" >&2; die "fetching Kafka $VERSION with Maven failed"; }
+  mv "$LIB.tmp" "$LIB"
+  echo "$sum" >"$MARKER"
+}
+
+write_config() {
+  cat >"$STATE/server.properties" <<EOF
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:$CPORT
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$STATE/data
+num.partitions=1
+auto.create.topics.enable=true
+group.initial.rebalance.delay.ms=0
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# Fewer internal partitions (default 50) make the first group / transaction quicker to set up.
+offsets.topic.num.partitions=4
+transaction.state.log.num.partitions=4
+# Abort transactions that exceeded their transaction.timeout.ms within ~1 s (default 10 s).
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+EOF
+  cat >"$STATE/log4j2.properties" <<'EOF'
+rootLogger.level=INFO
+rootLogger.appenderRef.out.ref=out
+appender.out.type=Console
+appender.out.name=out
+appender.out.layout.type=PatternLayout
+appender.out.layout.pattern=[%d] %p %m (%c)%n
+EOF
+}
+
+# Java flags: a modest heap (2-core CI machines); C1 only starts ~0.6 s quicker (measured; set
+# UBIK_KAFKA_JAVA_OPTS=-XX:TieredStopAtLevel=4 for full JIT in benchmarks). SerialGC gained nothing.
+# shellcheck disable=SC2206 # UBIK_KAFKA_JAVA_OPTS is a space-separated list of flags
+JAVA_OPTS=(-Xmx1g -Xms256m -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError
+  -Djava.awt.headless=true "-Dlog4j2.configurationFile=$STATE/log4j2.properties"
+  -Dlog4j2.shutdownHookEnabled=false # else logging stops before the broker's shutdown is logged
+  "-XX:ErrorFile=$STATE/hs_err_%p.log" # not in the caller's working directory
+  ${UBIK_KAFKA_JAVA_OPTS:-})
+
+fail_start() {
+  echo "broker.sh: $1; last lines of $LOG:" >&2
+  tail -n 40 "$LOG" >&2 || true
+  exit 1
+}
+
+# Ready = the port accepts connections and the broker logged that startup finished, which
+# KafkaRaftServer does only once the broker is caught up with the metadata log and unfenced.
+wait_ready() {
+  local pid=$1 deadline=$((SECONDS + TIMEOUT))
+  until port_open "$PORT" && grep -q 'Kafka Server started' "$LOG"; do
+    # Not alive(): right after the fork the child's cmdline is still this script's.
+    # A corrupt class-data archive can crash the JVM: drop it, a later stop() makes a new one.
+    running "$pid" || { rm -f "$JSA"; fail_start "the broker exited"; }
+    if ((SECONDS >= deadline)); then
+      kill "$pid" 2>/dev/null || true
+      fail_start "the broker was not ready after ${TIMEOUT}s (stopped it)"
+    fi
+    sleep 0.1
+  done
+}
+
+start() {
+  install
+  local pid p
+  if ! pid=$(our_pid); then
+    for p in "$PORT" "$CPORT"; do
+      ! port_open "$p" || die "127.0.0.1:$p is in use by another program (not a broker started" \
+        "by this script); stop it or choose other ports with UBIK_KAFKA_PORT"
+    done
+    mkdir -p "$STATE"
+    write_config
+    # Data formatted by another Kafka version may not load: start afresh when it changes.
+    [[ $(cat "$STATE/version" 2>/dev/null) == "$VERSION" ]] || rm -rf "$STATE/data"
+    if [[ ! -f $STATE/data/meta.properties ]]; then
+      # Kafka 4.x: --standalone makes this node the single voter of a dynamic quorum; it
+      # requires controller.quorum.bootstrap.servers and refuses controller.quorum.voters.
+      local id
+      id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=') # a Kafka Uuid
+      java "${JAVA_OPTS[@]}" -cp "$LIB/*" kafka.tools.StorageTool format --standalone \
+        --config "$STATE/server.properties" --cluster-id "$id" >"$STATE/format.log" 2>&1 ||
+        { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
+      echo "$VERSION" >"$STATE/version"
+    fi
+    [[ ! -f $LOG ]] || mv "$LOG" "$LOG.1"
+    # Class-data sharing cuts the start from ~2.2 s to ~1.3 s: the first broker dumps its loaded
+    # classes when it exits, and stop() keeps that archive if the exit was clean.
+    rm -f "$STATE/classes.jsa"
+    local cds=(-XX:ArchiveClassesAtExit="$STATE/classes.jsa")
+    [[ ! -f $JSA ]] || cds=(-XX:SharedArchiveFile="$JSA")
+    # setsid: the broker outlives this script and ignores Ctrl-C meant for the test run.
+    # 9>&-: it must not inherit (and so hold) the lock.
+    setsid java "${JAVA_OPTS[@]}" "${cds[@]}" -cp "$LIB/*" kafka.Kafka "$STATE/server.properties" \
+      </dev/null >"$LOG" 2>&1 9>&- &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+  fi
+  wait_ready "$pid"
+  # The JVM ignores (with a [cds] warning) an archive made by another JDK build: remake it.
+  ! grep -q '\]\[cds' "$LOG" || rm -f "$JSA"
+  echo "127.0.0.1:$PORT"
+}
+
+stop() {
+  local pid i
+  pid=$(our_pid) || return 0
+  kill "$pid"
+  # A clean shutdown takes ~0.4 s (~3 s when it dumps the class archive); give it 30 s.
+  for ((i = 0; i < 300; i++)); do
+    running "$pid" || break
+    sleep 0.1
+  done
+  if running "$pid"; then
+    kill -9 "$pid"
+    while running "$pid"; do sleep 0.1; done
+    rm -f "$STATE/classes.jsa" # possibly half written
+  fi
+  rm -f "$PIDFILE"
+  [[ ! -f $STATE/classes.jsa ]] || mv "$STATE/classes.jsa" "$JSA"
+}
+
+case ${1:-} in
+install) lock && install ;;
+start) lock && start ;;
+stop) lock && stop ;;
+clean) lock && stop && rm -rf "$STATE" ;;
+status)
+  if pid=$(our_pid) && port_open "$PORT"; then
+    echo "running: pid $pid, 127.0.0.1:$PORT, Kafka $VERSION, log $LOG"
+  else
+    echo "not running (port $PORT)"
+    exit 1
+  fi
+  ;;
+address) echo "127.0.0.1:$PORT" ;;
+*) die "usage: broker.sh install|start|stop|status|address|clean" ;;
+esac
