@@ -1,6 +1,7 @@
 //! The `ubik` command.
 
 mod args;
+mod metrics;
 mod pipeline_file;
 mod progress;
 mod settings;
@@ -13,7 +14,9 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::Parser;
 use ubik_engine::EngineError;
-use ubik_engine::connector::Sink;
+use ubik_engine::connector::{ConnectorError, DeadLetterSink, Sink};
+use ubik_kafka::{KafkaDeadLetters, KafkaSink};
+use ubik_runtime::dead_letter::StderrDeadLetters;
 use ubik_runtime::runner::{RunEnd, RunOptions, run_to_sink};
 use ubik_runtime::{Pipeline, RuntimeError, SourceSpec, parse_source, plan_for};
 
@@ -76,31 +79,63 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     1
 }
 
-fn open_sink(settings: &RunSettings) -> Result<Box<dyn Sink>> {
-    match &settings.sink {
-        SinkSettings::Stdout => Ok(Box::new(ubik_connectors::StdoutSink::default())),
-        SinkSettings::Kafka { url, emit } => Err(anyhow!(
-            "--to {url} ({emit:?}): this build has no Kafka connector ({} properties given)",
-            settings.kafka_properties.len()
-        )),
-    }
+fn open_sink(
+    sink: &SinkSettings,
+    properties: &std::collections::BTreeMap<String, String>,
+    pipeline: &Pipeline,
+) -> Result<Box<dyn Sink>> {
+    Ok(match sink {
+        SinkSettings::Stdout => Box::new(ubik_connectors::StdoutSink::default()),
+        SinkSettings::Kafka { url, emit } => {
+            // Stable across restarts of the same pipeline, so a restarted (or
+            // second) instance fences the previous one.
+            let transactional_id = format!("ubik-{}", pipeline.fingerprint());
+            Box::new(
+                KafkaSink::open(
+                    url,
+                    properties,
+                    *emit,
+                    Some(&transactional_id),
+                    matches!(
+                        pipeline.plan().kind,
+                        ubik_engine::plan::QueryKind::Aggregate(_)
+                    ),
+                )
+                .map_err(ConnectorError::from)?,
+            )
+        }
+    })
 }
 
 fn run(settings: RunSettings) -> Result<()> {
-    let total_bytes = match &settings.config.source {
+    let RunSettings {
+        config,
+        sink: sink_settings,
+        dlq,
+        kafka_properties,
+        metrics: metrics_addr,
+        quiet,
+    } = settings;
+    let total_bytes = match &config.source {
         SourceSpec::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
         _ => None,
     };
-    let checkpoint = settings.config.checkpoint.clone();
-    if let Some(d) = &settings.dlq {
-        return Err(anyhow!("--dlq {d}: this build has no Kafka connector"));
+    let checkpoint = config.checkpoint.clone();
+    let dead_letters: Box<dyn DeadLetterSink> = match &dlq {
+        Some(url) => {
+            Box::new(KafkaDeadLetters::open(url, &kafka_properties).map_err(ConnectorError::from)?)
+        }
+        None => Box::new(StderrDeadLetters),
+    };
+    let metrics = metrics::Metrics::default();
+    if let Some(addr) = &metrics_addr {
+        metrics.serve(addr)?;
     }
-    if let Some(m) = &settings.metrics {
-        return Err(anyhow!("--metrics {m}: this build has no metrics endpoint"));
+    let mut pipeline = Pipeline::open_with(config, dead_letters)?;
+    let mut sink = open_sink(&sink_settings, &kafka_properties, &pipeline)?;
+    if matches!(sink_settings, SinkSettings::Kafka { .. }) && checkpoint.is_none() {
+        tracing::warn!("no --checkpoint: a restart reprocesses the input from its start offsets");
     }
-    let mut sink = open_sink(&settings)?;
-    let quiet = settings.quiet;
-    let mut pipeline = Pipeline::open(settings.config)?;
     tracing::info!(
         source = pipeline.source_name(),
         sink = sink.describe(),
@@ -116,12 +151,18 @@ fn run(settings: RunSettings) -> Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let mut progress = progress::Progress::new(quiet, total_bytes);
-    let mut report = |s: &ubik_runtime::Stats| progress.report(s);
+    let mut report = |s: &ubik_runtime::Stats| {
+        metrics.update(s);
+        progress.report(s);
+    };
     let end = run_to_sink(
         &mut pipeline,
         sink.as_mut(),
         RunOptions {
-            checkpoint: checkpoint.as_ref(),
+            commit_interval: checkpoint
+                .as_ref()
+                .map_or(Duration::from_secs(1), |c| c.interval),
+            commit_records: checkpoint.as_ref().and_then(|c| c.every_records),
             stop: &stop,
             report: &mut report,
             report_every: Duration::from_secs(

@@ -10,18 +10,12 @@ use arrow::datatypes::SchemaRef;
 use ubik_engine::QueryOptions;
 use ubik_engine::time::parse_duration;
 use ubik_format::schema::{parse_column_list, parse_json_schema};
+use ubik_kafka::EmitMode;
 use ubik_runtime::config::check_sink_url;
 use ubik_runtime::{CheckpointConfig, ErrorPolicy, PipelineConfig, parse_source};
 
 use crate::args::{QueryArgs, RunArgs};
 use crate::pipeline_file::PipelineFile;
-
-/// Kafka emit modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmitMode {
-    Transactional,
-    Idempotent,
-}
 
 #[derive(Debug)]
 pub enum SinkSettings {
@@ -125,6 +119,22 @@ fn read_properties(path: &PathBuf) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
+/// librdkafka properties: the pipeline file's [kafka] table, then the
+/// properties file, then -X flags (later wins).
+fn kafka_properties(args: &RunArgs, file: &PipelineFile) -> Result<BTreeMap<String, String>> {
+    let mut out = file.kafka.clone();
+    if let Some(path) = &args.kafka_config {
+        out.extend(read_properties(path)?);
+    }
+    for kv in &args.kafka_property {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
 pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
     let file = load_file(&args.query)?;
     let sql = resolve_sql(&args.query, &file)?;
@@ -133,10 +143,14 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
         .clone()
         .or(file.from.clone())
         .ok_or_else(|| anyhow!("no source: pass --from kafka://host:port/topic (or webhook://, file://, -, demo://orders)"))?;
-    let source = parse_source(&from)?;
+    let mut source = parse_source(&from)?;
     let schema = resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
     let options = query_options(&args.query, &file)?;
 
+    let kafka_properties = kafka_properties(&args, &file)?;
+    if let ubik_runtime::SourceSpec::Kafka { properties, .. } = &mut source {
+        *properties = kafka_properties.clone();
+    }
     let mut config = PipelineConfig::new(sql, source);
     config.schema = schema;
     config.options = options;
@@ -196,16 +210,6 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
         .filter(|d| d != "stderr");
     if let Some(d) = dlq.as_ref().filter(|d| !d.starts_with("kafka://")) {
         bail!("--dlq {d:?}: dead letters go to kafka://host:port/topic or stderr");
-    }
-    let mut kafka_properties = file.kafka.clone();
-    if let Some(path) = &args.kafka_config {
-        kafka_properties.extend(read_properties(path)?);
-    }
-    for kv in &args.kafka_property {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
-        kafka_properties.insert(k.to_string(), v.to_string());
     }
     Ok(RunSettings {
         config,

@@ -83,7 +83,8 @@ pub struct DemoSource {
     table: String,
     options: DemoOptions,
     next: u64,
-    started: Option<Instant>,
+    /// Wall-clock start of pacing and the record it started at (`realtime`).
+    started: Option<(Instant, u64)>,
     ended: bool,
 }
 
@@ -131,13 +132,9 @@ impl DemoSource {
         // Milliseconds are enough for the demo: drop the last three digits.
         out.extend_from_slice(&ts[..23]);
         out.extend_from_slice(b"Z\",\"amount\":");
-        out.extend_from_slice(ryu_like(amount).as_bytes());
+        out.extend_from_slice(format!("{amount}").as_bytes());
         out.push(b'}');
     }
-}
-
-fn ryu_like(v: f64) -> String {
-    format!("{v}")
 }
 
 /// SplitMix64: tiny, fast, and the same on every platform.
@@ -185,8 +182,9 @@ impl Source for DemoSource {
         let mut upto = if o.count > 0 { o.count } else { u64::MAX };
         upto = upto.min(self.next + max_records.max(1) as u64);
         if o.realtime {
-            let started = *self.started.get_or_insert_with(Instant::now);
-            let due = (started.elapsed().as_secs_f64() * o.rate) as u64 + 1;
+            let next = self.next;
+            let (started, from) = *self.started.get_or_insert_with(|| (Instant::now(), next));
+            let due = from + (started.elapsed().as_secs_f64() * o.rate) as u64 + 1;
             if due <= self.next {
                 std::thread::sleep(timeout.min(Duration::from_secs_f64(1.0 / o.rate)));
                 return Ok(SourceEvent::Idle);

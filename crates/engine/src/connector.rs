@@ -148,6 +148,10 @@ pub trait Source: Send {
     }
     /// A human description for logs ("kafka://.../orders [4 partitions]").
     fn describe(&self) -> String;
+    /// Records available but not yet read (consumer lag), if the source knows.
+    fn lag(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// One changelog record: key and value bytes (canonical JSON), a tombstone
@@ -173,11 +177,39 @@ pub struct SinkRecord<'a> {
 pub trait Sink: Send {
     fn write(&mut self, record: SinkRecord<'_>) -> Result<(), ConnectorError>;
     fn commit(&mut self) -> Result<(), ConnectorError>;
+    /// Drops records written since the last commit, if the sink can (a
+    /// transactional sink aborts); the runtime then replays them.
+    fn abort(&mut self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
     /// Flushes and releases resources at a clean shutdown.
     fn close(&mut self) -> Result<(), ConnectorError> {
         self.commit()
     }
     fn describe(&self) -> String;
+}
+
+/// A record set aside (undecodable, too late, without event time), with
+/// its reason and where it came from: the dead-letter output.
+#[derive(Debug)]
+pub struct DeadLetter<'a> {
+    /// Machine-readable reason: `decode`, `late`, `null_event_time`, `future_event_time`.
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub source: &'a str,
+    pub partition: u32,
+    /// Position of the record in its partition, and what the number means.
+    pub position: Option<(u64, &'a str)>,
+    /// The original bytes, when the record arrived as bytes.
+    pub record: Option<&'a [u8]>,
+}
+
+pub trait DeadLetterSink: Send {
+    fn write(&mut self, letter: &DeadLetter<'_>) -> Result<(), ConnectorError>;
+    /// Makes written letters durable (called before each checkpoint).
+    fn commit(&mut self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
 }
 
 /// Default wait for [`Source::poll`] when the runtime has nothing else to do.

@@ -45,6 +45,11 @@ pub enum SourceSpec {
         table: String,
         options: DemoOptions,
     },
+    /// `kafka://host:port/topic?...` plus librdkafka properties (-X, files).
+    Kafka {
+        url: String,
+        properties: std::collections::BTreeMap<String, String>,
+    },
     /// A source built by the caller (in-process Arrow from Python, tests).
     Provided(Box<dyn Source>),
 }
@@ -55,6 +60,7 @@ impl std::fmt::Debug for SourceSpec {
             SourceSpec::File(p) => write!(f, "file://{}", p.display()),
             SourceSpec::Stdin => write!(f, "-"),
             SourceSpec::Demo { table, .. } => write!(f, "demo://{table}"),
+            SourceSpec::Kafka { url, .. } => write!(f, "{url}"),
             SourceSpec::Provided(s) => write!(f, "{}", s.describe()),
         }
     }
@@ -68,6 +74,13 @@ pub fn parse_source(url: &str) -> Result<SourceSpec> {
     }
     if let Some(path) = url.strip_prefix("file://") {
         return Ok(SourceSpec::File(PathBuf::from(path)));
+    }
+    if url.starts_with("kafka://") {
+        ubik_kafka::KafkaUrl::parse(url).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        return Ok(SourceSpec::Kafka {
+            url: url.to_string(),
+            properties: Default::default(),
+        });
     }
     if let Some(rest) = url.strip_prefix("demo://") {
         let (table, query) = rest.split_once('?').unwrap_or((rest, ""));

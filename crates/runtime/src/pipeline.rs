@@ -26,8 +26,9 @@ use ubik_format::schema::{describe, infer_schema};
 use crate::changes::{decode_changes, encode_changes};
 use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
 use crate::config::{ErrorPolicy, PipelineConfig, SourceSpec};
-use crate::dead_letter::{DeadLetter, DeadLetterSink, StderrDeadLetters};
+use crate::dead_letter::StderrDeadLetters;
 use crate::error::{Result, RuntimeError};
+use ubik_engine::connector::{DeadLetter, DeadLetterSink};
 
 /// Counters of a running pipeline.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct Stats {
     pub state_bytes: u64,
     pub state_keys: u64,
     pub watermark: i64,
+    /// Records available in the source but not read yet, when known.
+    pub lag: Option<u64>,
     pub started: Instant,
 }
 
@@ -60,6 +63,7 @@ impl Default for Stats {
             state_bytes: 0,
             state_keys: 0,
             watermark: MIN_TIME,
+            lag: None,
             started: Instant::now(),
         }
     }
@@ -101,6 +105,8 @@ pub struct Pipeline {
     replay: VecDeque<IdleEvent>,
     restored_output: VecDeque<ChangeBatch>,
     finished: bool,
+    /// Where the source stood before the first poll (to rewind without a checkpoint).
+    initial_position: serde_json::Value,
     pub stats: Stats,
 }
 
@@ -109,6 +115,10 @@ fn open_source(spec: SourceSpec) -> Result<Box<dyn Source>> {
         SourceSpec::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
         SourceSpec::Stdin => Box::new(FileSource::stdin()),
         SourceSpec::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
+        SourceSpec::Kafka { url, properties } => Box::new(
+            ubik_kafka::KafkaSource::open(&url, &properties)
+                .map_err(ubik_engine::connector::ConnectorError::from)?,
+        ),
         SourceSpec::Provided(s) => s,
     })
 }
@@ -175,6 +185,7 @@ impl Pipeline {
             query.add_partition(p);
         }
         let source_name = source.describe();
+        let initial_position = source.position();
         let decoder = JsonDecoder::new(Arc::clone(&schema))?;
         let mut pipeline = Self {
             query,
@@ -198,6 +209,7 @@ impl Pipeline {
             replay: VecDeque::new(),
             restored_output: VecDeque::new(),
             finished: false,
+            initial_position,
             stats: Stats::default(),
         };
         if let Some(ck) = &config.checkpoint {
@@ -237,6 +249,7 @@ impl Pipeline {
             )));
         }
         self.source.seek(&m.source)?;
+        self.finished = false;
         let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
         let plan = self.query.plan().clone();
         let mut query = Query::new(plan)?;
@@ -256,6 +269,43 @@ impl Pipeline {
             "resumed from checkpoint"
         );
         Ok(true)
+    }
+
+    /// Goes back to the last checkpoint (or the start, if none was taken)
+    /// after output since then was lost (an aborted transaction): the
+    /// records after it are read again and re-emitted byte-identically.
+    pub fn rewind(&mut self) -> Result<()> {
+        if self.resume(None)? {
+            return Ok(());
+        }
+        if !self.source.replayable() {
+            return Err(RuntimeError::Config(format!(
+                "output was lost and {} cannot be replayed",
+                self.source_name
+            )));
+        }
+        self.source.seek(&self.initial_position)?;
+        let mut query = Query::new(self.query.plan().clone())?;
+        for p in self.source.partitions() {
+            query.add_partition(p);
+        }
+        self.query = query;
+        self.consumed.clear();
+        self.emitted = 0;
+        self.finished = false;
+        self.replay.clear();
+        Ok(())
+    }
+
+    /// Identity of this pipeline (query, schema, options): stable across
+    /// restarts, so it names the Kafka transactional.id.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// Asks the source for its lag (records behind), for reporting.
+    pub fn lag(&mut self) -> Option<u64> {
+        self.source.lag()
     }
 
     pub fn plan(&self) -> &QueryPlan {
@@ -567,11 +617,12 @@ impl Pipeline {
     /// host received but has not committed yet (it is handed out again on
     /// resume); pass `&[]` when everything emitted is already committed.
     pub fn checkpoint(&mut self, pending: &[ChangeBatch]) -> Result<()> {
+        // Dead letters are made durable at every epoch, checkpoints or not.
+        self.dead_letters.commit()?;
         let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
         let started = Instant::now();
-        self.dead_letters.commit()?;
         let snapshot = self.query.snapshot()?;
         let state = snapshot.encode()?;
         let epoch = self.epoch + 1;

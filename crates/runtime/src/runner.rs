@@ -1,18 +1,19 @@
 //! Runs a [`Pipeline`] into a byte [`Sink`] (stdout, Kafka) with the
 //! exactly-once order: write the epoch's records, commit the sink, then
-//! checkpoint. Stops cleanly when asked (SIGTERM/SIGINT): what is closed has
-//! been emitted; it is committed and checkpointed before returning.
+//! checkpoint. If the sink loses an epoch (an aborted transaction after a
+//! broker outage), the pipeline rewinds to its last checkpoint and replays,
+//! re-emitting the same bytes. Stops cleanly when asked (SIGTERM/SIGINT):
+//! what is closed has been emitted; it is committed and checkpointed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tracing::info;
+use tracing::{info, warn};
 use ubik_engine::Output;
-use ubik_engine::connector::Sink;
+use ubik_engine::connector::{ConnectorError, Sink};
 use ubik_format::changelog::ChangelogEncoder;
 
-use crate::config::CheckpointConfig;
-use crate::error::Result;
+use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Stats, Step};
 
 /// How a run ended.
@@ -25,11 +26,50 @@ pub enum RunEnd {
 }
 
 pub struct RunOptions<'a> {
-    pub checkpoint: Option<&'a CheckpointConfig>,
+    /// Commit (and checkpoint, if the pipeline has a checkpoint directory)
+    /// at least this often ...
+    pub commit_interval: Duration,
+    /// ... or after this many input records.
+    pub commit_records: Option<u64>,
     pub stop: &'a AtomicBool,
-    /// Called about once a second with the counters.
+    /// Called about every `report_every` with the counters.
     pub report: &'a mut dyn FnMut(&Stats),
     pub report_every: Duration,
+}
+
+/// Commits the sink, then checkpoints; on a lost epoch, rewinds.
+fn commit_epoch(pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<bool> {
+    match sink.commit() {
+        Ok(()) => {
+            pipeline.checkpoint(&[])?;
+            Ok(true)
+        }
+        Err(ConnectorError::Transient(m)) => {
+            recover(pipeline, sink, &m)?;
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn recover(pipeline: &mut Pipeline, sink: &mut dyn Sink, why: &str) -> Result<()> {
+    warn!(
+        "{why}: rewinding to the last checkpoint (epoch {})",
+        pipeline.epoch()
+    );
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match sink.abort() {
+            Ok(()) => break,
+            Err(ConnectorError::Transient(m)) => {
+                warn!("aborting the epoch: {m}; retrying in {delay:?}");
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    pipeline.rewind()
 }
 
 /// Runs until the input ends or `stop` is set.
@@ -42,54 +82,66 @@ pub fn run_to_sink(
     let keyed = matches!(plan.kind, ubik_engine::plan::QueryKind::Aggregate(_));
     let mut encoder = ChangelogEncoder::new(&plan.output_schema, plan.key_columns.clone(), keyed);
     let mut out = Output::default();
-    let mut last_checkpoint = Instant::now();
-    let mut records_at_checkpoint = pipeline.stats.records_in;
+    let mut last_commit = Instant::now();
+    let mut records_at_commit = pipeline.stats.records_in;
     let mut last_report = Instant::now();
-    let mut dirty = false;
+    let mut pending = false;
     loop {
         if opts.stop.load(Ordering::Relaxed) {
-            sink.commit()?;
-            pipeline.checkpoint(&[])?;
-            info!("stopped on request after committing and checkpointing");
-            return Ok(RunEnd::Stopped);
+            if commit_epoch(pipeline, sink)? {
+                info!("stopped on request after committing and checkpointing");
+                return Ok(RunEnd::Stopped);
+            }
+            continue;
         }
         out.clear();
         let step = pipeline.step(&mut out)?;
         let mut written = 0u64;
-        for change in &out.changes {
-            encoder.encode(change, |r| {
+        let mut lost = None;
+        'emit: for change in &out.changes {
+            let r = encoder.encode(change, |rec| {
                 written += 1;
-                sink.write(r)
-            })??;
+                sink.write(rec)
+            })?;
+            if let Err(e) = r {
+                lost = Some(e);
+                break 'emit;
+            }
+        }
+        match lost {
+            None => {}
+            Some(ConnectorError::Transient(m)) => {
+                recover(pipeline, sink, &m)?;
+                continue;
+            }
+            Some(e) => return Err(RuntimeError::Connector(e)),
         }
         if written > 0 {
             pipeline.note_emitted(written);
-            dirty = true;
+            pending = true;
         }
         if step == Step::Finished {
-            sink.commit()?;
-            pipeline.checkpoint(&[])?;
+            if !commit_epoch(pipeline, sink)? {
+                continue;
+            }
             (opts.report)(&pipeline.stats);
             return Ok(RunEnd::Finished);
         }
-        if let Some(ck) = opts.checkpoint {
-            let by_time = last_checkpoint.elapsed() >= ck.interval;
-            let by_records = ck
-                .every_records
-                .is_some_and(|n| pipeline.stats.records_in - records_at_checkpoint >= n);
-            if by_time || by_records {
-                sink.commit()?;
-                pipeline.checkpoint(&[])?;
-                last_checkpoint = Instant::now();
-                records_at_checkpoint = pipeline.stats.records_in;
-                dirty = false;
-            }
-        } else if dirty && step == Step::Idle {
-            // Without checkpoints, still flush output promptly when input pauses.
-            sink.commit()?;
-            dirty = false;
+        let due = last_commit.elapsed() >= opts.commit_interval
+            || opts
+                .commit_records
+                .is_some_and(|n| pipeline.stats.records_in - records_at_commit >= n);
+        // Without a checkpoint directory there is nothing to checkpoint, but
+        // output is still committed promptly when the input pauses.
+        let idle_flush = pending && step == Step::Idle && !pipeline.has_checkpoints();
+        if due || idle_flush {
+            commit_epoch(pipeline, sink)?;
+            last_commit = Instant::now();
+            records_at_commit = pipeline.stats.records_in;
+            pending = false;
         }
         if last_report.elapsed() >= opts.report_every {
+            pipeline.stats.lag = pipeline.lag();
             (opts.report)(&pipeline.stats);
             last_report = Instant::now();
         }

@@ -120,6 +120,12 @@ fn position_in_message(message: &str) -> Option<SqlPosition> {
 }
 
 fn hint_for(message: &str) -> Option<String> {
+    if message.contains("found: -") || message.contains("found: .") {
+        return Some(
+            "a table name with dashes or dots (a Kafka topic) must be quoted: FROM \"my-topic\""
+                .into(),
+        );
+    }
     if message.contains("must appear in the GROUP BY") || message.contains("must be in GROUP BY") {
         return Some("every selected column must be grouped or aggregated; add it to GROUP BY or wrap it in an aggregate such as max(...)".into());
     }

@@ -1,0 +1,296 @@
+//! Crash/resume: `ubik run --checkpoint` killed with SIGKILL at random
+//! points, restarted until it finishes. Every run's output must be a
+//! byte-identical slice of an uninterrupted run's output (so every
+//! duplicate equals its first copy), and the union folded latest-per-key
+//! must equal DataFusion's one-shot answer over the same input.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const Q: &str = "SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')";
+const ORACLE: &str = "SELECT merchant, date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM orders GROUP BY 1, 2";
+const SCHEMA: &str = "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE";
+
+fn lines(bytes: &[u8]) -> Vec<String> {
+    // A kill can cut the last line short: only complete lines count.
+    let text = String::from_utf8_lossy(bytes);
+    let complete = text.rfind('\n').map_or("", |i| &text[..i]);
+    complete.lines().map(String::from).collect()
+}
+
+fn oracle(path: &std::path::Path) -> BTreeMap<String, String> {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::prelude::{JsonReadOptions, SessionContext};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let schema = Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("amount", DataType::Float64, true),
+        ]);
+        ctx.register_json(
+            "orders",
+            path.to_str().unwrap(),
+            JsonReadOptions::default()
+                .schema(&schema)
+                .file_extension(".jsonl"),
+        )
+        .await
+        .unwrap();
+        let batches = ctx.sql(ORACLE).await.unwrap().collect().await.unwrap();
+        let mut out = BTreeMap::new();
+        for b in batches {
+            let mut enc =
+                ubik_format::changelog::ChangelogEncoder::new(&b.schema(), vec![0, 1], true);
+            let change = ubik_engine::ChangeBatch {
+                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
+                rows: b,
+                deletes: None,
+            };
+            enc.encode(&change, |r| {
+                out.insert(
+                    String::from_utf8_lossy(r.key.unwrap()).into_owned(),
+                    String::from_utf8_lossy(r.value.unwrap()).into_owned(),
+                );
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        }
+        out
+    })
+}
+
+fn same_json(a: &str, b: &str) -> bool {
+    let (a, b): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(a).unwrap(),
+        serde_json::from_str(b).unwrap(),
+    );
+    let obj_a = a.as_object().unwrap();
+    obj_a.iter().all(|(k, v)| match (v, &b[k]) {
+        (serde_json::Value::Number(x), serde_json::Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            (x - y).abs() <= 1e-9 * x.abs().max(1.0)
+        }
+        (x, y) => x == y,
+    })
+}
+
+#[test]
+fn kill_9_at_random_points_then_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    // Some rows arrive later than the watermark delay: late updates re-emit windows.
+    let data = write_events(dir.path(), "orders.jsonl", 300_000, 40, 8, 8_000, 42);
+    let args = |ck: Option<&str>| {
+        let mut a: Vec<String> = [
+            Q,
+            "--from",
+            data.to_str().unwrap(),
+            "--schema",
+            SCHEMA,
+            "--lateness",
+            "5s",
+            "--batch-size",
+            "500",
+            "-q",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(ck) = ck {
+            a.extend([
+                "--checkpoint".into(),
+                ck.into(),
+                "--checkpoint-every".into(),
+                "2500".into(),
+            ]);
+        }
+        a
+    };
+
+    let started = Instant::now();
+    let reference = run(&[
+        &["run"],
+        args(None)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+    ]
+    .concat());
+    let full = started.elapsed();
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let reference = lines(&reference.stdout);
+    assert!(reference.len() > 1000);
+
+    let want = oracle(&data);
+    let mut rng = Rng(7);
+    assert!(
+        full > Duration::from_millis(100),
+        "the input is too small to crash in the middle"
+    );
+    let mut kills = 0;
+    let mut round = 0;
+    // Rounds: a fresh checkpoint directory, runs killed at random moments
+    // (reading, aggregating, emitting, checkpointing) until one completes.
+    while kills < 20 {
+        round += 1;
+        let ck = dir.path().join(format!("ck{round}"));
+        let ck_str = ck.to_str().unwrap().to_string();
+        let mut outputs: Vec<Vec<String>> = Vec::new();
+        loop {
+            assert!(outputs.len() < 60, "round {round} never finished");
+            let mut child = ubik()
+                .arg("run")
+                .args(args(Some(&ck_str)))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            // Drain stdout on a thread so the child never blocks on a full pipe.
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut stdout = stdout;
+                let _ = stdout.read_to_end(&mut got);
+                got
+            });
+            let at = full.mul_f64(0.02 + rng.below(1000) as f64 / 1000.0 * 0.6);
+            let t0 = Instant::now();
+            let mut finished = false;
+            while t0.elapsed() < at {
+                if child.try_wait().unwrap().is_some() {
+                    finished = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if !finished {
+                let _ = child.kill(); // SIGKILL
+                kills += 1;
+                let _ = child.wait();
+                outputs.push(lines(&reader.join().unwrap()));
+                continue;
+            }
+            assert!(
+                child.wait().unwrap().success(),
+                "round {round}: the final run failed"
+            );
+            outputs.push(lines(&reader.join().unwrap()));
+            break;
+        }
+        // Every run's output is a contiguous, byte-identical slice of the reference.
+        for (i, out) in outputs.iter().enumerate() {
+            if out.is_empty() {
+                continue;
+            }
+            let start = reference
+                .iter()
+                .position(|l| *l == out[0])
+                .unwrap_or_else(|| {
+                    panic!(
+                        "round {round} run {i}: first record is not in the reference output: {}",
+                        out[0]
+                    )
+                });
+            assert_eq!(
+                &reference[start..(start + out.len()).min(reference.len())],
+                out.as_slice(),
+                "round {round} run {i}: output is not a byte-identical replay"
+            );
+        }
+        // The union, folded latest-per-key, equals the oracle.
+        let folded = fold(&outputs.concat());
+        assert_eq!(folded, fold(&reference), "round {round}");
+        assert_eq!(
+            folded.len(),
+            want.len(),
+            "number of (merchant, window) keys"
+        );
+        for (k, v) in &want {
+            let key = serde_json::from_str::<serde_json::Value>(k)
+                .unwrap()
+                .to_string();
+            let have = folded
+                .get(&key)
+                .unwrap_or_else(|| panic!("missing key {key}"));
+            assert!(same_json(v, have), "key {key}: ubik {have} vs oracle {v}");
+        }
+    }
+}
+
+#[test]
+fn sigterm_drains_commits_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let q = "SELECT merchant, TUMBLE(ts, INTERVAL '1 SECOND') AS w, count(*) AS n FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 SECOND')";
+    let spawn = || {
+        ubik()
+            .args([
+                "run",
+                q,
+                "--from",
+                "demo://orders?count=0&rate=2000&realtime=1&keys=3",
+                "--checkpoint",
+            ])
+            .arg(&ck)
+            .args(["--lateness", "0s", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let child = spawn();
+    std::thread::sleep(Duration::from_millis(2500));
+    let started = Instant::now();
+    send_signal(child.id(), 15);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(ck.join("CURRENT").exists(), "no checkpoint after SIGTERM");
+    let first = lines(&out.stdout);
+    assert!(
+        !first.is_empty(),
+        "closed windows were emitted before the drain"
+    );
+
+    // The restart resumes after the drained position: no window is emitted twice.
+    let child = spawn();
+    std::thread::sleep(Duration::from_millis(1500));
+    send_signal(child.id(), 2);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let second = lines(&out.stdout);
+    let seen: std::collections::HashSet<&String> = first.iter().collect();
+    assert!(
+        second.iter().all(|l| !seen.contains(l)),
+        "a record was emitted again after a clean drain"
+    );
+}
+
+fn send_signal(pid: u32, signal: i32) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}

@@ -1,0 +1,643 @@
+//! Kafka end to end, against the real Apache Kafka broker that
+//! scripts/test.sh starts (address in UBIK_TEST_KAFKA): round trip, crash
+//! suite in both emit modes, read_committed isolation, dead letters, a
+//! broker restart mid-run, SIGTERM drain, fencing.
+#![cfg(feature = "broker-tests")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ubik_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use ubik_kafka::rdkafka::client::DefaultClientContext;
+use ubik_kafka::rdkafka::config::ClientConfig;
+use ubik_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use ubik_kafka::rdkafka::message::{Headers, Message};
+use ubik_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use ubik_kafka::rdkafka::{Offset, TopicPartitionList};
+
+const Q: &str = "SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total FROM \"{T}\" GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')";
+const ORACLE: &str = "SELECT merchant, date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total FROM orders GROUP BY 1, 2";
+const SCHEMA: &str = "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE";
+
+fn broker() -> String {
+    std::env::var("UBIK_TEST_KAFKA")
+        .expect("UBIK_TEST_KAFKA is not set: run scripts/test.sh, or testing/kafka/broker.sh start and export UBIK_TEST_KAFKA=$(testing/kafka/broker.sh address)")
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{name}-{}-{}", std::process::id(), nanos % 1_000_000_000)
+}
+
+fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let r = futures_executor_block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap();
+    assert!(r.iter().all(|x| x.is_ok()), "{r:?}");
+}
+
+fn futures_executor_block_on<F: std::future::Future>(f: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(f)
+}
+
+/// Produces `lines` keyed by merchant (so they spread over partitions),
+/// in order per partition.
+fn produce(topic: &str, lines: &[String]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    for l in lines {
+        let key = serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .and_then(|v| v["merchant"].as_str().map(String::from))
+            .unwrap_or_default();
+        let mut rec = BaseRecord::to(topic)
+            .payload(l.as_bytes())
+            .key(key.as_bytes());
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Rec {
+    key: String,
+    value: Option<String>,
+    timestamp: Option<i64>,
+}
+
+/// Produces `line` to every partition of `topic` (closing windows
+/// everywhere, since the watermark is the minimum over partitions).
+fn produce_everywhere(topic: &str, partitions: i32, line: &str) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .create()
+        .unwrap();
+    for part in 0..partitions {
+        p.send(
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .payload(line.as_bytes())
+                .partition(part),
+        )
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Every record of `topic` (all partitions, offset order per partition).
+fn consume_all(topic: &str, isolation: &str) -> Vec<Rec> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", unique("reader"))
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .create()
+        .unwrap();
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let parts: Vec<i32> = md.topics()[0].partitions().iter().map(|p| p.id()).collect();
+    let mut tpl = TopicPartitionList::new();
+    for &p in &parts {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut eof = BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eof.len() < parts.len() && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push(Rec {
+                key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                timestamp: m.timestamp().to_millis(),
+            }),
+            Some(Err(ubik_kafka::rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn fold_recs(recs: &[Rec]) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for r in recs {
+        let key = serde_json::from_str::<serde_json::Value>(&r.key)
+            .unwrap()
+            .to_string();
+        match &r.value {
+            Some(v) => m.insert(
+                key,
+                serde_json::from_str::<serde_json::Value>(v)
+                    .unwrap()
+                    .to_string(),
+            ),
+            None => m.remove(&key),
+        };
+    }
+    m
+}
+
+/// DataFusion over the same rows, keyed like the changelog.
+fn oracle(lines: &[String]) -> BTreeMap<String, serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("orders.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::prelude::{JsonReadOptions, SessionContext};
+    futures_executor_block_on(async {
+        let ctx = SessionContext::new();
+        let schema = Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("amount", DataType::Float64, true),
+        ]);
+        ctx.register_json(
+            "orders",
+            path.to_str().unwrap(),
+            JsonReadOptions::default()
+                .schema(&schema)
+                .file_extension(".jsonl"),
+        )
+        .await
+        .unwrap();
+        let batches = ctx.sql(ORACLE).await.unwrap().collect().await.unwrap();
+        let mut out = BTreeMap::new();
+        for b in batches {
+            let mut enc =
+                ubik_format::changelog::ChangelogEncoder::new(&b.schema(), vec![0, 1], true);
+            let change = ubik_engine::ChangeBatch {
+                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
+                rows: b,
+                deletes: None,
+            };
+            enc.encode(&change, |r| {
+                let k: serde_json::Value = serde_json::from_slice(r.key.unwrap()).unwrap();
+                out.insert(
+                    k.to_string(),
+                    serde_json::from_slice(r.value.unwrap()).unwrap(),
+                );
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        }
+        out
+    })
+}
+
+fn assert_fold_eq_oracle(
+    what: &str,
+    folded: &BTreeMap<String, String>,
+    want: &BTreeMap<String, serde_json::Value>,
+) {
+    let missing: Vec<&String> = want
+        .keys()
+        .filter(|k| !folded.contains_key(*k))
+        .take(5)
+        .collect();
+    assert_eq!(
+        folded.len(),
+        want.len(),
+        "{what}: number of (merchant, window) keys; missing e.g. {missing:?}"
+    );
+    for (k, v) in want {
+        let got: serde_json::Value = serde_json::from_str(
+            folded
+                .get(k)
+                .unwrap_or_else(|| panic!("{what}: missing {k}")),
+        )
+        .unwrap();
+        assert_eq!(got["n"], v["n"], "{what}: {k}");
+        let (a, b) = (got["total"].as_f64().unwrap(), v["total"].as_f64().unwrap());
+        assert!(
+            (a - b).abs() <= 1e-9 * a.abs().max(1.0),
+            "{what}: {k}: {a} vs {b}"
+        );
+    }
+}
+
+fn events(n: usize, keys: u64, disorder_ms: u64, seed: u64) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_events(dir.path(), "e.jsonl", n, keys, 25, disorder_ms, seed);
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn ubik_run(input: &str, output: &str, extra: &[&str]) -> std::process::Command {
+    let mut c = ubik();
+    c.arg("run")
+        .arg(Q.replace("{T}", input))
+        .args([
+            "--from",
+            &format!("kafka://{}/{input}?end=latest", broker()),
+        ])
+        .args([
+            "--to",
+            &format!("kafka://{}/{output}?partitions=3", broker()),
+        ])
+        .args([
+            "--schema",
+            SCHEMA,
+            "--lateness",
+            "5s",
+            "--batch-size",
+            "400",
+            "-q",
+        ])
+        .args(extra);
+    c
+}
+
+#[test]
+fn round_trip_equals_oracle() {
+    let (input, output) = (unique("rt-in"), unique("rt-out"));
+    create_topic(&input, 4);
+    let lines = events(20_000, 30, 4_000, 1);
+    produce(&input, &lines);
+    for emit in ["transactional", "idempotent"] {
+        let out = format!("{output}-{emit}");
+        let o = ubik_run(&input, &out, &["--emit", emit]).output().unwrap();
+        assert!(o.status.success(), "{emit}: {}", stderr(&o));
+        let recs = consume_all(&out, "read_committed");
+        assert_fold_eq_oracle(emit, &fold_recs(&recs), &oracle(&lines));
+        // Record timestamps are window ends; keys have one home partition each.
+        for r in &recs {
+            let k: serde_json::Value = serde_json::from_str(&r.key).unwrap();
+            let start = ubik_engine::time::parse_rfc3339(k["w"].as_str().unwrap()).unwrap() / 1000;
+            assert_eq!(
+                r.timestamp,
+                Some(start + 60_000),
+                "{emit}: timestamp of {}",
+                r.key
+            );
+        }
+    }
+}
+
+fn spawn_logged(mut c: std::process::Command) -> Child {
+    c.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn crash_suite_both_emit_modes() {
+    let input = unique("crash-in");
+    create_topic(&input, 4);
+    // Some rows later than the watermark delay: late updates re-emit windows.
+    let lines = events(40_000, 25, 9_000, 2);
+    produce(&input, &lines);
+    let want = oracle(&lines);
+    let mut rng = Rng(11);
+    for emit in ["transactional", "idempotent"] {
+        let reference_out = unique(&format!("crash-ref-{emit}"));
+        let o = ubik_run(&input, &reference_out, &["--emit", emit])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let reference: BTreeSet<Rec> = consume_all(&reference_out, "read_committed")
+            .into_iter()
+            .collect();
+        let mut kills = 0;
+        // Rounds: a fresh output and checkpoint, killed at random moments
+        // (reading, aggregating, producing, committing, checkpointing) and
+        // restarted until a run completes.
+        while kills < 16 {
+            let output = unique(&format!("crash-out-{emit}"));
+            let dir = tempfile::tempdir().unwrap();
+            let ck = dir.path().join("ck");
+            for run in 0.. {
+                assert!(run < 100, "{emit}: never finished");
+                let mut cmd = ubik_run(
+                    &input,
+                    &output,
+                    &["--emit", emit, "--checkpoint-every", "3000"],
+                );
+                cmd.arg("--checkpoint").arg(&ck);
+                let mut child = spawn_logged(cmd);
+                let wait = Duration::from_millis(50 + rng.below(900));
+                let started = Instant::now();
+                let mut exited = None;
+                while started.elapsed() < wait {
+                    if let Some(s) = child.try_wait().unwrap() {
+                        exited = Some(s);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if let Some(s) = exited {
+                    let mut err = String::new();
+                    child
+                        .stderr
+                        .take()
+                        .unwrap()
+                        .read_to_string(&mut err)
+                        .unwrap();
+                    assert!(s.success(), "{emit}: run failed: {err}");
+                    break;
+                }
+                child.kill().unwrap();
+                child.wait().unwrap();
+                kills += 1;
+                if emit == "transactional" {
+                    // read_committed never sees part of a window.
+                    assert_windows_complete(&consume_all(&output, "read_committed"), &want);
+                }
+            }
+            let committed = consume_all(&output, "read_committed");
+            assert_fold_eq_oracle(
+                &format!("{emit}, {kills} kills so far"),
+                &fold_recs(&committed),
+                &want,
+            );
+            // Every visible record, duplicates included, is byte-identical
+            // (key, value, timestamp) to a record of the uninterrupted run.
+            let visible = if emit == "transactional" {
+                committed
+            } else {
+                consume_all(&output, "read_uncommitted")
+            };
+            for r in &visible {
+                assert!(
+                    reference.contains(r),
+                    "{emit}: record differs from every first copy: {r:?}"
+                );
+            }
+        }
+    }
+}
+
+/// For every window present, all its keys are present (a committed epoch
+/// holds whole windows).
+fn assert_windows_complete(recs: &[Rec], want: &BTreeMap<String, serde_json::Value>) {
+    let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for k in want.keys() {
+        let v: serde_json::Value = serde_json::from_str(k).unwrap();
+        expected
+            .entry(v["w"].to_string())
+            .or_default()
+            .insert(v["merchant"].to_string());
+    }
+    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in recs {
+        let v: serde_json::Value = serde_json::from_str(&r.key).unwrap();
+        seen.entry(v["w"].to_string())
+            .or_default()
+            .insert(v["merchant"].to_string());
+    }
+    for (w, keys) in &seen {
+        assert_eq!(
+            Some(keys),
+            expected.get(w),
+            "read_committed saw part of window {w}"
+        );
+    }
+}
+
+#[test]
+fn dead_letters_carry_bytes_and_headers() {
+    let (input, output, dlq) = (unique("dlq-in"), unique("dlq-out"), unique("dlq"));
+    create_topic(&input, 1);
+    let mut lines = events(100, 3, 0, 3);
+    lines.insert(10, "{not json".into());
+    lines.insert(50, r#"{"merchant":"x","ts":"later","amount":1}"#.into());
+    produce(&input, &lines);
+    let o = ubik_run(
+        &input,
+        &output,
+        &[
+            "--on-error",
+            "dlq",
+            "--dlq",
+            &format!("kafka://{}/{dlq}", broker()),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", unique("dlq-reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[&dlq]).unwrap();
+    let mut letters = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while letters.len() < 2 && Instant::now() < deadline {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+            let h: BTreeMap<String, String> = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|x| {
+                            (
+                                x.key.to_string(),
+                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            letters.push((
+                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                h,
+            ));
+        }
+    }
+    assert_eq!(letters.len(), 2);
+    assert_eq!(letters[0].0, "{not json");
+    assert_eq!(letters[0].1["ubik.reason"], "decode");
+    assert_eq!(letters[0].1["ubik.position"], "10");
+    assert_eq!(letters[0].1["ubik.position_kind"], "offset");
+    assert!(letters[0].1["ubik.source"].contains(&input));
+    assert!(letters[1].1["ubik.message"].contains("timestamp"));
+    // fail: stops with the offset in the message.
+    let o = ubik_run(&input, &unique("dlq-out2"), &[]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("offset 10"), "{}", stderr(&o));
+}
+
+fn broker_sh(cmd: &str) {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testing/kafka/broker.sh");
+    let s = std::process::Command::new("bash")
+        .arg(script)
+        .arg(cmd)
+        .status()
+        .unwrap();
+    assert!(s.success(), "broker.sh {cmd}");
+}
+
+/// Kills `child` (if still running) and returns what it logged.
+fn stop_and_log(child: &mut Child) -> String {
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    err
+}
+
+/// Waits until `topic` holds at least `n` committed records.
+fn wait_for(topic: &str, n: usize, timeout: Duration) -> Vec<Rec> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let recs = consume_all(topic, "read_committed");
+        if recs.len() >= n || Instant::now() > deadline {
+            return recs;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn broker_restart_sigterm_drain_and_fencing() {
+    let (input, output) = (unique("bounce-in"), unique("bounce-out"));
+    create_topic(&input, 2);
+    let first = events(6_000, 10, 0, 4);
+    produce(&input, &first);
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let unbounded = |ck: &std::path::Path| {
+        let mut c = ubik();
+        c.arg("run")
+            .arg(Q.replace("{T}", &input))
+            .args(["--from", &format!("kafka://{}/{input}", broker())])
+            .args(["--to", &format!("kafka://{}/{output}", broker())])
+            .args([
+                "--schema",
+                SCHEMA,
+                "--lateness",
+                "0s",
+                "--checkpoint-interval",
+                "500ms",
+                "-q",
+                "--idle-timeout",
+                "0",
+            ])
+            .arg("--checkpoint")
+            .arg(ck);
+        c
+    };
+    let mut a = spawn_logged(unbounded(&ck));
+    let got = wait_for(&output, 1, Duration::from_secs(30));
+    assert!(!got.is_empty(), "no output before the broker restart: {}", stop_and_log(&mut a));
+
+    // The broker goes away for a while: ubik waits and retries, then goes on.
+    broker_sh("stop");
+    std::thread::sleep(Duration::from_secs(4));
+    broker_sh("start");
+    let second: Vec<String> = events(6_000, 10, 0, 5)
+        .into_iter()
+        .map(|l| l.replace("2024-01-01T", "2024-01-02T"))
+        .collect();
+    produce(&input, &second);
+    // A far-future event on every partition closes every window of both days.
+    produce_everywhere(
+        &input,
+        2,
+        r#"{"merchant":"zz","ts":"2024-01-05T00:00:00Z","amount":0}"#,
+    );
+    let mut all = first.clone();
+    all.extend(second.iter().cloned());
+    let want: BTreeMap<String, serde_json::Value> = oracle(&all);
+    let got = wait_for(&output, want.len(), Duration::from_secs(60));
+    assert!(
+        got.len() >= want.len(),
+        "only {} records after the broker restart",
+        got.len()
+    );
+    assert!(
+        a.try_wait().unwrap().is_none(),
+        "ubik died during the broker restart"
+    );
+
+    // A second instance of the same pipeline fences the first.
+    let ck2 = dir.path().join("ck2");
+    std::fs::create_dir_all(&ck2).unwrap();
+    let mut b = spawn_logged(unbounded(&ck2));
+    // New data makes the first instance write: it finds itself fenced.
+    produce_everywhere(
+        &input,
+        2,
+        r#"{"merchant":"zz","ts":"2024-01-06T00:00:00Z","amount":0}"#,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = a.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first instance was not fenced"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut err = String::new();
+    a.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        !status.success() && err.contains("took over"),
+        "{status:?}: {err}"
+    );
+
+    // SIGTERM drains: exit 0 with output committed.
+    std::thread::sleep(Duration::from_secs(2));
+    let s = std::process::Command::new("kill")
+        .arg("-15")
+        .arg(b.id().to_string())
+        .status()
+        .unwrap();
+    assert!(s.success());
+    let status = b.wait().unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM did not drain cleanly: {status:?}"
+    );
+    let folded = fold_recs(&consume_all(&output, "read_committed"));
+    let folded: BTreeMap<String, String> = folded
+        .into_iter()
+        .filter(|(k, _)| !k.contains("\"zz\""))
+        .collect();
+    assert_fold_eq_oracle("after restart", &folded, &want);
+    let _ = got;
+}

@@ -1,0 +1,93 @@
+//! Topic metadata and creation.
+
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+
+use crate::config::KafkaUrl;
+use crate::error::Error;
+
+pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Partition ids of `topic`, or `None` if it does not exist.
+pub fn partitions<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+) -> Result<Option<Vec<i32>>, Error> {
+    let md = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(|e| Error::Transient(format!("cannot read metadata of topic {topic}: {e}")))?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    if let Some(err) = t.error() {
+        let code = RDKafkaErrorCode::from(err);
+        if matches!(
+            code,
+            RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+        ) {
+            return Ok(None);
+        }
+        return Err(Error::Topic(format!("topic {topic}: {code}")));
+    }
+    let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    Ok((!ids.is_empty()).then_some(ids))
+}
+
+/// Makes sure the output topic exists, creating it when allowed, with
+/// `default_cleanup` unless the URL names a policy.
+pub fn ensure_topic(
+    url: &KafkaUrl,
+    config: &ClientConfig,
+    default_cleanup: &str,
+) -> Result<Vec<i32>, Error> {
+    let probe: BaseConsumer = config.create()?;
+    if let Some(p) = partitions(&probe, &url.topic)? {
+        return Ok(p);
+    }
+    if !url.create {
+        return Err(Error::Topic(format!(
+            "output topic {} does not exist on {} (create it, or drop create=false)",
+            url.topic, url.bootstrap
+        )));
+    }
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    let topic = NewTopic::new(
+        &url.topic,
+        url.partitions,
+        TopicReplication::Fixed(url.replication),
+    )
+    .set(
+        "cleanup.policy",
+        url.cleanup.as_deref().unwrap_or(default_cleanup),
+    );
+    let results =
+        futures_executor::block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+            .map_err(|e| Error::Topic(format!("cannot create output topic {}: {e}", url.topic)))?;
+    for r in results {
+        if let Err((name, code)) = r
+            && code != RDKafkaErrorCode::TopicAlreadyExists
+        {
+            return Err(Error::Topic(format!(
+                "output topic {name} does not exist and could not be created: {code} (create it with {} partitions, or give the principal CreateTopics rights)",
+                url.partitions
+            )));
+        }
+    }
+    // Metadata catches up shortly after creation.
+    for _ in 0..50 {
+        if let Some(p) = partitions(&probe, &url.topic)? {
+            return Ok(p);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(Error::Topic(format!(
+        "topic {} was created but does not appear in metadata",
+        url.topic
+    )))
+}

@@ -1,0 +1,168 @@
+//! `kafka://host:port[,host:port]/topic?option=value&...` and librdkafka
+//! properties. Options with a dot (`security.protocol`, `sasl.mechanism`,
+//! ...) pass straight to librdkafka; the others are ubik's:
+//!
+//! | option | meaning |
+//! |---|---|
+//! | `group` | consumer group (offsets committed for monitoring only) |
+//! | `start` | `earliest` (default), `latest`, `group`, or an RFC 3339 time |
+//! | `end` | `latest` or an RFC 3339 time: a bounded run (backfill) |
+//! | `partitions`, `replication` | for creating a missing output topic |
+//! | `create` | `false` to never create a missing output topic |
+//! | `cleanup` | cleanup.policy of a created topic: `compact` (the default for a keyed changelog: the latest record per key is kept, and time-based retention never deletes the old windows of a backfill) or `delete` (the default for append-only output and dead letters) |
+//! | `transactional_id` | the producer's transactional.id |
+
+use std::collections::BTreeMap;
+
+use rdkafka::ClientConfig;
+
+use crate::error::Error;
+
+/// How the sink publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmitMode {
+    /// One Kafka transaction per checkpoint epoch: read_committed consumers
+    /// never see part of an epoch (so never part of a window).
+    Transactional,
+    /// Idempotent producer, flushed at each checkpoint; lower latency.
+    Idempotent,
+}
+
+/// Where to start (or stop) reading a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    Earliest,
+    Latest,
+    Group,
+    /// Milliseconds since the epoch: the first offset at or after it.
+    Time(i64),
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaUrl {
+    pub bootstrap: String,
+    pub topic: String,
+    pub group: Option<String>,
+    pub start: Bound,
+    pub end: Option<Bound>,
+    pub partitions: i32,
+    pub replication: i32,
+    pub create: bool,
+    /// cleanup.policy for a created topic; `None`: decided by what is written.
+    pub cleanup: Option<String>,
+    pub transactional_id: Option<String>,
+    /// librdkafka properties from the URL.
+    pub properties: BTreeMap<String, String>,
+}
+
+fn parse_time(value: &str) -> Result<i64, Error> {
+    // RFC 3339 via the same rules as event times (µs) -> ms.
+    let us = ubik_engine::time::parse_rfc3339(value).ok_or_else(|| {
+        Error::Config(format!(
+            "{value:?} is not latest/earliest or an RFC 3339 time"
+        ))
+    })?;
+    Ok(us.div_euclid(1000))
+}
+
+impl KafkaUrl {
+    pub fn parse(url: &str) -> Result<Self, Error> {
+        let rest = url
+            .strip_prefix("kafka://")
+            .ok_or_else(|| Error::Config(format!("{url:?} is not a kafka:// URL")))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (bootstrap, topic) = path.split_once('/').ok_or_else(|| {
+            Error::Config(format!("{url:?} has no topic: use kafka://host:port/topic"))
+        })?;
+        if bootstrap.is_empty() || topic.is_empty() || topic.contains('/') {
+            return Err(Error::Config(format!(
+                "{url:?} is not kafka://host:port[,host:port]/topic"
+            )));
+        }
+        let mut out = KafkaUrl {
+            bootstrap: bootstrap.to_string(),
+            topic: topic.to_string(),
+            group: None,
+            start: Bound::Earliest,
+            end: None,
+            partitions: 1,
+            replication: 1,
+            create: true,
+            cleanup: None,
+            transactional_id: None,
+            properties: BTreeMap::new(),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let num = |v: &str| -> Result<i32, Error> {
+                v.parse()
+                    .map_err(|_| Error::Config(format!("{k}={v:?} is not a number")))
+            };
+            match k {
+                "group" => out.group = Some(v.to_string()),
+                "start" => {
+                    out.start = match v {
+                        "earliest" => Bound::Earliest,
+                        "latest" => Bound::Latest,
+                        "group" => Bound::Group,
+                        t => Bound::Time(parse_time(t)?),
+                    }
+                }
+                "end" => {
+                    out.end = Some(match v {
+                        "latest" => Bound::Latest,
+                        t => Bound::Time(parse_time(t)?),
+                    })
+                }
+                "partitions" => out.partitions = num(v)?,
+                "replication" => out.replication = num(v)?,
+                "create" => out.create = !matches!(v, "false" | "0" | "no"),
+                "cleanup" if matches!(v, "compact" | "delete" | "compact,delete") => {
+                    out.cleanup = Some(v.to_string())
+                }
+                "cleanup" => {
+                    return Err(Error::Config(format!(
+                        "cleanup={v:?} is not compact, delete or compact,delete"
+                    )));
+                }
+                "transactional_id" => out.transactional_id = Some(v.to_string()),
+                k if k.contains('.') => {
+                    out.properties.insert(k.to_string(), v.to_string());
+                }
+                other => {
+                    return Err(Error::Config(format!(
+                        "unknown kafka:// option {other:?} (known: group, start, end, partitions, replication, create, cleanup, transactional_id; librdkafka properties contain a dot)"
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A librdkafka config: bootstrap servers, then `extra` (from -X and
+    /// properties files), then the URL's own properties.
+    pub fn client_config(&self, extra: &BTreeMap<String, String>) -> ClientConfig {
+        self.client_config_with(&[], extra)
+    }
+
+    /// Like [`Self::client_config`], with `defaults` the user's properties may override.
+    pub fn client_config_with(
+        &self,
+        defaults: &[(&str, &str)],
+        extra: &BTreeMap<String, String>,
+    ) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        for (k, v) in defaults {
+            c.set(*k, *v);
+        }
+        for (k, v) in extra.iter().chain(self.properties.iter()) {
+            c.set(k, v);
+        }
+        c
+    }
+
+    pub fn display(&self) -> String {
+        format!("kafka://{}/{}", self.bootstrap, self.topic)
+    }
+}

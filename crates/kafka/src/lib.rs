@@ -1,0 +1,29 @@
+//! # ubik-kafka
+//!
+//! Kafka as a ubik source and sink, through librdkafka.
+//!
+//! - [`KafkaSource`]: assigns every partition of a topic explicitly (no
+//!   rebalancing: the checkpoint, not the group, owns positions), reads with
+//!   `read_committed`, returns records per partition in offset order, and can
+//!   run bounded between start and end offsets captured when it starts.
+//! - [`KafkaSink`]: writes the changelog keyed by its key bytes (librdkafka's
+//!   default partitioner: one home partition per key), with the window end as
+//!   record timestamp; `transactional` (one transaction per checkpoint epoch)
+//!   or `idempotent` emit.
+//! - [`KafkaDeadLetters`]: dead letters with the original bytes and headers.
+
+pub mod admin;
+pub mod config;
+pub mod dead_letters;
+pub mod error;
+pub mod sink;
+pub mod source;
+
+pub use config::{EmitMode, KafkaUrl};
+pub use dead_letters::KafkaDeadLetters;
+pub use error::Error;
+pub use sink::KafkaSink;
+pub use source::KafkaSource;
+
+/// The librdkafka binding, for tools and tests that talk to the same brokers.
+pub use rdkafka;

@@ -1,0 +1,403 @@
+//! [`KafkaSource`]: every partition of a topic, assigned explicitly.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use serde_json::json;
+use tracing::warn;
+use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+
+use crate::admin::{METADATA_TIMEOUT, partitions};
+use crate::config::{Bound, KafkaUrl};
+use crate::error::Error;
+
+/// Records read from the broker but not yet returned, per partition.
+#[derive(Default)]
+struct Buffered {
+    data: Vec<u8>,
+    spans: Vec<std::ops::Range<usize>>,
+    offsets: Vec<u64>,
+}
+
+/// Reports librdkafka errors, except the end-of-partition notices that
+/// `enable.partition.eof` turns on (they are events here, not errors).
+pub struct SourceContext;
+
+impl ClientContext for SourceContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            warn!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for SourceContext {}
+
+pub struct KafkaSource {
+    url: KafkaUrl,
+    consumer: BaseConsumer<SourceContext>,
+    partitions: Vec<i32>,
+    /// Next offset to return, per partition: the source position.
+    next: BTreeMap<i32, i64>,
+    /// Exclusive end offsets of a bounded run.
+    end: Option<BTreeMap<i32, i64>>,
+    ended: BTreeSet<i32>,
+    buffered: BTreeMap<i32, Buffered>,
+    events: VecDeque<SourceEvent>,
+    all_ended_reported: bool,
+    last_warning: Option<Instant>,
+}
+
+fn offset_of(o: Offset, low: i64, high: i64) -> i64 {
+    match o {
+        Offset::Offset(n) => n,
+        Offset::End => high,
+        _ => low,
+    }
+}
+
+impl KafkaSource {
+    /// Connects, resolves start (and end) offsets, and assigns partitions,
+    /// waiting (with logged backoff, up to five minutes) while the brokers
+    /// are unreachable.
+    pub fn open(url: &str, properties: &BTreeMap<String, String>) -> Result<Self, Error> {
+        let mut delay = Duration::from_millis(500);
+        let started = Instant::now();
+        loop {
+            match Self::try_open(url, properties) {
+                Err(Error::Transient(m)) if started.elapsed() < Duration::from_secs(300) => {
+                    warn!("opening {url}: {m}; retrying in {delay:?}");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn try_open(url: &str, properties: &BTreeMap<String, String>) -> Result<Self, Error> {
+        let url = KafkaUrl::parse(url)?;
+        let group = url
+            .group
+            .clone()
+            .unwrap_or_else(|| format!("ubik-{}", url.topic));
+        let mut config = url.client_config_with(
+            &[
+                ("isolation.level", "read_committed"),
+                ("auto.offset.reset", "earliest"),
+            ],
+            properties,
+        );
+        config
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true");
+        let consumer: BaseConsumer<SourceContext> = config.create_with_context(SourceContext)?;
+        let parts = partitions(&consumer, &url.topic)?.ok_or_else(|| {
+            Error::Topic(format!(
+                "input topic {} does not exist on {}",
+                url.topic, url.bootstrap
+            ))
+        })?;
+        let mut source = Self {
+            url,
+            consumer,
+            partitions: parts,
+            next: BTreeMap::new(),
+            end: None,
+            ended: BTreeSet::new(),
+            buffered: BTreeMap::new(),
+            events: VecDeque::new(),
+            all_ended_reported: false,
+            last_warning: None,
+        };
+        let start = source.resolve(&source.url.start.clone())?;
+        if let Some(end) = source.url.end.clone() {
+            source.end = Some(source.resolve(&end)?);
+        }
+        source.assign(start)?;
+        Ok(source)
+    }
+
+    /// Concrete offsets of a bound, per partition.
+    fn resolve(&self, bound: &Bound) -> Result<BTreeMap<i32, i64>, Error> {
+        let mut out = BTreeMap::new();
+        let mut marks = BTreeMap::new();
+        for &p in &self.partitions {
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(&self.url.topic, p, METADATA_TIMEOUT)
+                .map_err(|e| {
+                    Error::Transient(format!(
+                        "cannot read offsets of {}/{p}: {e}",
+                        self.url.topic
+                    ))
+                })?;
+            marks.insert(p, (low, high));
+        }
+        match bound {
+            Bound::Earliest => marks.iter().for_each(|(&p, &(low, _))| {
+                out.insert(p, low);
+            }),
+            Bound::Latest => marks.iter().for_each(|(&p, &(_, high))| {
+                out.insert(p, high);
+            }),
+            Bound::Group => {
+                let mut tpl = TopicPartitionList::new();
+                for &p in &self.partitions {
+                    tpl.add_partition(&self.url.topic, p);
+                }
+                let committed = self
+                    .consumer
+                    .committed_offsets(tpl, METADATA_TIMEOUT)
+                    .map_err(|e| Error::Transient(format!("cannot read committed offsets: {e}")))?;
+                for e in committed.elements() {
+                    let (low, high) = marks[&e.partition()];
+                    out.insert(e.partition(), offset_of(e.offset(), low, high).max(low));
+                }
+            }
+            Bound::Time(ms) => {
+                let mut tpl = TopicPartitionList::new();
+                for &p in &self.partitions {
+                    tpl.add_partition_offset(&self.url.topic, p, Offset::Offset(*ms))?;
+                }
+                let found = self
+                    .consumer
+                    .offsets_for_times(tpl, METADATA_TIMEOUT)
+                    .map_err(|e| {
+                        Error::Transient(format!("cannot look up offsets by time: {e}"))
+                    })?;
+                for e in found.elements() {
+                    let (low, high) = marks[&e.partition()];
+                    out.insert(e.partition(), offset_of(e.offset(), low, high));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn assign(&mut self, next: BTreeMap<i32, i64>) -> Result<(), Error> {
+        self.next = next;
+        self.buffered.clear();
+        self.events.clear();
+        self.ended.clear();
+        self.all_ended_reported = false;
+        let mut tpl = TopicPartitionList::new();
+        for &p in &self.partitions {
+            let at = self.next[&p];
+            if self.end.as_ref().is_some_and(|e| at >= e[&p]) {
+                self.ended.insert(p);
+                self.events.push_back(SourceEvent::PartitionEnd(p as u32));
+                continue;
+            }
+            tpl.add_partition_offset(&self.url.topic, p, Offset::Offset(at))?;
+        }
+        self.consumer.assign(&tpl)?;
+        Ok(())
+    }
+
+    fn warn_rate_limited(&mut self, message: String) {
+        if self
+            .last_warning
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(5))
+        {
+            warn!("{message} (retrying)");
+            self.last_warning = Some(Instant::now());
+        }
+    }
+
+    fn mark_ended(&mut self, p: i32) {
+        if self.ended.insert(p) {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&self.url.topic, p);
+            let _ = self.consumer.pause(&tpl);
+            self.events.push_back(SourceEvent::PartitionEnd(p as u32));
+        }
+    }
+
+    /// Pulls messages from librdkafka into the per-partition buffers.
+    fn fetch(&mut self, max_records: usize, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        let mut got = 0;
+        while got < max_records {
+            let wait = if got == 0 {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
+            let Some(result) = self.consumer.poll(wait) else {
+                break;
+            };
+            match result {
+                Ok(m) => {
+                    let p = m.partition();
+                    let offset = m.offset();
+                    if let Some(end) = &self.end
+                        && offset >= end[&p]
+                    {
+                        self.mark_ended(p);
+                        continue;
+                    }
+                    let b = self.buffered.entry(p).or_default();
+                    let start = b.data.len();
+                    b.data.extend_from_slice(m.payload().unwrap_or_default());
+                    b.spans.push(start..b.data.len());
+                    b.offsets.push(offset as u64);
+                    got += 1;
+                }
+                Err(KafkaError::PartitionEOF(p)) => {
+                    // At the end of the log: a bounded run is done with the
+                    // partition once everything before its end offset was read.
+                    if self.end.is_some() {
+                        self.mark_ended(p);
+                    }
+                }
+                Err(e) => {
+                    self.warn_rate_limited(format!("kafka consumer: {e}"));
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Source for KafkaSource {
+    fn table(&self) -> &str {
+        &self.url.topic
+    }
+
+    fn partitions(&self) -> Vec<u32> {
+        self.partitions.iter().map(|&p| p as u32).collect()
+    }
+
+    fn poll(
+        &mut self,
+        max_records: usize,
+        timeout: Duration,
+    ) -> Result<SourceEvent, ConnectorError> {
+        if self.buffered.values().all(|b| b.offsets.is_empty()) && self.events.is_empty() {
+            self.fetch(max_records, timeout)?;
+        }
+        // Records of one partition at a time, oldest partition buffer first.
+        let ready = self
+            .buffered
+            .iter()
+            .filter(|(_, b)| !b.offsets.is_empty())
+            .map(|(&p, _)| p)
+            .next();
+        if let Some(p) = ready {
+            let b = self.buffered.remove(&p).unwrap_or_default();
+            let last = *b.offsets.last().expect("non-empty");
+            self.next.insert(p, last as i64 + 1);
+            return Ok(SourceEvent::Chunk(Chunk {
+                partition: p as u32,
+                payload: Payload::Json {
+                    data: b.data,
+                    spans: b.spans,
+                },
+                positions: b.offsets,
+                position_name: "offset",
+            }));
+        }
+        if let Some(ev) = self.events.pop_front() {
+            return Ok(ev);
+        }
+        if self.end.is_some() && self.ended.len() == self.partitions.len() {
+            if !self.all_ended_reported {
+                self.all_ended_reported = true;
+            }
+            return Ok(SourceEvent::End);
+        }
+        Ok(SourceEvent::Idle)
+    }
+
+    fn position(&self) -> SourcePosition {
+        let next: BTreeMap<String, i64> =
+            self.next.iter().map(|(p, o)| (p.to_string(), *o)).collect();
+        json!({ "topic": self.url.topic, "next": next })
+    }
+
+    fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        if position["topic"].as_str() != Some(self.url.topic.as_str()) {
+            return Err(ConnectorError::Config(format!(
+                "the checkpoint was taken on topic {}, not {}",
+                position["topic"], self.url.topic
+            )));
+        }
+        let mut next = self.next.clone();
+        if let Some(map) = position["next"].as_object() {
+            for (p, o) in map {
+                if let (Ok(p), Some(o)) = (p.parse::<i32>(), o.as_i64()) {
+                    next.insert(p, o);
+                }
+            }
+        }
+        self.assign(next).map_err(Into::into)
+    }
+
+    fn commit(&mut self, _position: &SourcePosition) -> Result<(), ConnectorError> {
+        // Group offsets are for monitoring (lag dashboards) only.
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &o) in &self.next {
+            tpl.add_partition_offset(&self.url.topic, p, Offset::Offset(o))
+                .map_err(|e| ConnectorError::Fatal(e.to_string()))?;
+        }
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+            self.warn_rate_limited(format!("committing group offsets: {e}"));
+        }
+        Ok(())
+    }
+
+    fn sample(&mut self, n: usize) -> Result<Vec<Vec<u8>>, ConnectorError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self
+            .buffered
+            .values()
+            .map(|b| b.offsets.len())
+            .sum::<usize>()
+            < n
+            && Instant::now() < deadline
+        {
+            let before: usize = self.buffered.values().map(|b| b.offsets.len()).sum();
+            self.fetch(n, Duration::from_millis(200))?;
+            let after: usize = self.buffered.values().map(|b| b.offsets.len()).sum();
+            if after == before && self.end.is_some() && self.ended.len() == self.partitions.len() {
+                break;
+            }
+        }
+        Ok(self
+            .buffered
+            .values()
+            .flat_map(|b| b.spans.iter().map(|s| b.data[s.clone()].to_vec()))
+            .take(n)
+            .collect())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} [{} partitions]",
+            self.url.display(),
+            self.partitions.len()
+        )
+    }
+
+    fn lag(&mut self) -> Option<u64> {
+        let mut lag = 0u64;
+        for (&p, &next) in &self.next {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(&self.url.topic, p, Duration::from_secs(1))
+                .ok()?;
+            lag += (high - next).max(0) as u64;
+        }
+        Some(lag)
+    }
+}
