@@ -561,7 +561,11 @@ fn broker_restart_sigterm_drain_and_fencing() {
     };
     let mut a = spawn_logged(unbounded(&ck));
     let got = wait_for(&output, 1, Duration::from_secs(30));
-    assert!(!got.is_empty(), "no output before the broker restart: {}", stop_and_log(&mut a));
+    assert!(
+        !got.is_empty(),
+        "no output before the broker restart: {}",
+        stop_and_log(&mut a)
+    );
 
     // The broker goes away for a while: ubik waits and retries, then goes on.
     broker_sh("stop");

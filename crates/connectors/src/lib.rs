@@ -1,15 +1,17 @@
 //! # ubik-connectors
 //!
 //! Transports that need no client library: JSON-lines files, stdin, the
-//! deterministic `demo://orders` generator, and the stdout sink. Kafka and
+//! deterministic `demo://orders` generator, in-process Arrow, and the stdout sink. Kafka and
 //! webhooks live in their own crates. All of them implement the
 //! [`ubik_engine::connector`] traits and carry bytes only; decoding is the
 //! format layer's job.
 
+pub mod arrow;
 pub mod demo;
 pub mod file;
 pub mod stdout;
 
+pub use arrow::ArrowSource;
 pub use demo::DemoSource;
 pub use file::FileSource;
 pub use stdout::StdoutSink;

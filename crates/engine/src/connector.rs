@@ -152,6 +152,13 @@ pub trait Source: Send {
     fn lag(&mut self) -> Option<u64> {
         None
     }
+    /// A clean shutdown begins: stop taking in new records (a webhook
+    /// answers 503) and hand out what is already held, then report
+    /// [`SourceEvent::Idle`]. Returns false if the source holds nothing of
+    /// its own to drain (Kafka: the log keeps it).
+    fn begin_drain(&mut self) -> bool {
+        false
+    }
 }
 
 /// One changelog record: key and value bytes (canonical JSON), a tombstone

@@ -174,6 +174,17 @@ impl QueryPlan {
         }
     }
 
+    /// Whether the changelog can retract a key (a tombstone): a HAVING
+    /// that a later update can fail, or a session that merges away.
+    pub fn may_retract(&self) -> bool {
+        match &self.kind {
+            QueryKind::Aggregate(a) => {
+                a.having.is_some() || matches!(a.window, Some(WindowSpec::Session { .. }))
+            }
+            QueryKind::Passthrough(_) => false,
+        }
+    }
+
     /// "windowed (TUMBLE)", "continuous", "pass-through".
     pub fn kind_name(&self) -> String {
         match &self.kind {

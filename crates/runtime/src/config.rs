@@ -50,6 +50,8 @@ pub enum SourceSpec {
         url: String,
         properties: std::collections::BTreeMap<String, String>,
     },
+    /// `webhook://HOST:PORT/PATH?...`: an HTTP endpoint with a durable buffer.
+    Webhook(String),
     /// A source built by the caller (in-process Arrow from Python, tests).
     Provided(Box<dyn Source>),
 }
@@ -61,6 +63,7 @@ impl std::fmt::Debug for SourceSpec {
             SourceSpec::Stdin => write!(f, "-"),
             SourceSpec::Demo { table, .. } => write!(f, "demo://{table}"),
             SourceSpec::Kafka { url, .. } => write!(f, "{url}"),
+            SourceSpec::Webhook(url) => write!(f, "{url}"),
             SourceSpec::Provided(s) => write!(f, "{}", s.describe()),
         }
     }
@@ -81,6 +84,10 @@ pub fn parse_source(url: &str) -> Result<SourceSpec> {
             url: url.to_string(),
             properties: Default::default(),
         });
+    }
+    if url.starts_with("webhook://") {
+        ubik_webhook::WebhookConfig::parse(url).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        return Ok(SourceSpec::Webhook(url.to_string()));
     }
     if let Some(rest) = url.strip_prefix("demo://") {
         let (table, query) = rest.split_once('?').unwrap_or((rest, ""));

@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dead_letter;
 pub mod error;
+pub mod host;
 pub mod pipeline;
 pub mod runner;
 

@@ -119,6 +119,10 @@ fn open_source(spec: SourceSpec) -> Result<Box<dyn Source>> {
             ubik_kafka::KafkaSource::open(&url, &properties)
                 .map_err(ubik_engine::connector::ConnectorError::from)?,
         ),
+        SourceSpec::Webhook(url) => Box::new(
+            ubik_webhook::WebhookSource::open(&url)
+                .map_err(ubik_engine::connector::ConnectorError::from)?,
+        ),
         SourceSpec::Provided(s) => s,
     })
 }
@@ -295,6 +299,12 @@ impl Pipeline {
         self.finished = false;
         self.replay.clear();
         Ok(())
+    }
+
+    /// A clean shutdown begins: the source stops taking in records and hands
+    /// out what it holds. True if there is something to drain.
+    pub fn begin_drain(&mut self) -> bool {
+        self.source.begin_drain()
     }
 
     /// Identity of this pipeline (query, schema, options): stable across

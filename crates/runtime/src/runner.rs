@@ -86,8 +86,16 @@ pub fn run_to_sink(
     let mut records_at_commit = pipeline.stats.records_in;
     let mut last_report = Instant::now();
     let mut pending = false;
+    // 0: running; 1: draining the source; 2: drained.
+    let mut draining = 0;
     loop {
-        if opts.stop.load(Ordering::Relaxed) {
+        if opts.stop.load(Ordering::Relaxed) && draining == 0 {
+            draining = if pipeline.begin_drain() { 1 } else { 2 };
+            if draining == 1 {
+                info!("stopping: processing what the source already accepted");
+            }
+        }
+        if draining == 2 {
             if commit_epoch(pipeline, sink)? {
                 info!("stopped on request after committing and checkpointing");
                 return Ok(RunEnd::Stopped);
@@ -119,6 +127,10 @@ pub fn run_to_sink(
         if written > 0 {
             pipeline.note_emitted(written);
             pending = true;
+        }
+        if draining == 1 && step == Step::Idle {
+            draining = 2;
+            continue;
         }
         if step == Step::Finished {
             if !commit_epoch(pipeline, sink)? {

@@ -1,0 +1,108 @@
+from datetime import timedelta
+from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+
+import pyarrow as pa
+
+__version__: str
+
+Duration = Union[str, float, timedelta]
+SchemaLike = Union[pa.Schema, str, Mapping[str, Union[pa.Schema, str]]]
+Source = Union[str, pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch], Any]
+
+KEY_METADATA: bytes
+KIND_METADATA: bytes
+
+class UbikError(Exception): ...
+
+class SqlError(UbikError):
+    line: Optional[int]
+    column: Optional[int]
+    hint: Optional[str]
+
+class UnsupportedQueryError(SqlError): ...
+class SchemaError(UbikError): ...
+class SourceError(UbikError): ...
+class DecodeError(UbikError): ...
+class CheckpointError(UbikError): ...
+
+def validate(
+    sql: str,
+    schema: SchemaLike,
+    table: Optional[str] = None,
+    *,
+    lateness: Optional[Duration] = None,
+    retention: Optional[Duration] = None,
+    emit_interval: Optional[Duration] = None,
+    max_future: Optional[Duration] = None,
+    event_time: Optional[str] = None,
+) -> pa.Schema: ...
+def key_columns(schema: pa.Schema) -> list[str]: ...
+
+class Stream:
+    @property
+    def schema(self) -> pa.Schema: ...
+    @property
+    def key(self) -> list[str]: ...
+    def __iter__(self) -> Iterator[pa.RecordBatch]: ...
+    def __next__(self) -> pa.RecordBatch: ...
+    def arrow(self) -> pa.Table: ...
+    def to_reader(self) -> pa.RecordBatchReader: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Stream: ...
+    def __exit__(self, *exc: Any) -> None: ...
+
+class Pipeline(Stream):
+    def checkpoint(self) -> None: ...
+    @property
+    def position(self) -> str: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+    def __enter__(self) -> Pipeline: ...
+
+def stream(
+    sql: str,
+    from_: Source,
+    schema: Optional[SchemaLike] = None,
+    table: Optional[str] = None,
+    *,
+    lateness: Optional[Duration] = None,
+    retention: Optional[Duration] = None,
+    emit_interval: Optional[Duration] = None,
+    max_future: Optional[Duration] = None,
+    event_time: Optional[str] = None,
+    on_error: Optional[str] = None,
+    batch_size: Optional[int] = None,
+    idle_timeout: Optional[Duration] = None,
+    max_rows: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    max_interval: Optional[Duration] = None,
+    compact: bool = False,
+    spill_dir: Optional[str] = None,
+    spill_bytes: Optional[int] = None,
+    kafka: Optional[Mapping[str, str]] = None,
+) -> Stream: ...
+def pipeline(
+    sql: str,
+    from_: Source,
+    checkpoint: str,
+    schema: Optional[SchemaLike] = None,
+    table: Optional[str] = None,
+    *,
+    lateness: Optional[Duration] = None,
+    retention: Optional[Duration] = None,
+    emit_interval: Optional[Duration] = None,
+    max_future: Optional[Duration] = None,
+    event_time: Optional[str] = None,
+    on_error: Optional[str] = None,
+    batch_size: Optional[int] = None,
+    idle_timeout: Optional[Duration] = None,
+    keep_checkpoints: Optional[int] = None,
+    max_rows: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    max_interval: Optional[Duration] = None,
+    compact: bool = False,
+    spill_dir: Optional[str] = None,
+    spill_bytes: Optional[int] = None,
+    resume_from: Optional[str] = None,
+    kafka: Optional[Mapping[str, str]] = None,
+) -> Pipeline: ...

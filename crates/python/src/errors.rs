@@ -1,0 +1,139 @@
+//! The exception hierarchy, and the mapping of Rust errors onto it.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use ubik_engine::EngineError;
+use ubik_engine::connector::ConnectorError;
+use ubik_runtime::RuntimeError;
+
+create_exception!(
+    _ubik,
+    UbikError,
+    PyException,
+    "Base class of ubik's errors."
+);
+create_exception!(
+    _ubik,
+    SqlError,
+    UbikError,
+    "The SQL does not parse or plan; `line`, `column` and `hint` say where and what to do."
+);
+create_exception!(
+    _ubik,
+    UnsupportedQueryError,
+    SqlError,
+    "The query is valid SQL but cannot run as a stream (the message says why)."
+);
+create_exception!(
+    _ubik,
+    SchemaError,
+    UbikError,
+    "A schema is malformed or does not fit the input."
+);
+create_exception!(
+    _ubik,
+    SourceError,
+    UbikError,
+    "The source cannot be opened or read."
+);
+create_exception!(
+    _ubik,
+    DecodeError,
+    UbikError,
+    "An input record does not decode (under on_error='fail')."
+);
+create_exception!(
+    _ubik,
+    CheckpointError,
+    UbikError,
+    "A checkpoint cannot be written, read, or does not belong to this pipeline."
+);
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("UbikError", py.get_type::<UbikError>())?;
+    m.add("SqlError", py.get_type::<SqlError>())?;
+    m.add(
+        "UnsupportedQueryError",
+        py.get_type::<UnsupportedQueryError>(),
+    )?;
+    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("SourceError", py.get_type::<SourceError>())?;
+    m.add("DecodeError", py.get_type::<DecodeError>())?;
+    m.add("CheckpointError", py.get_type::<CheckpointError>())?;
+    Ok(())
+}
+
+fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr {
+    for (k, v) in attrs {
+        let _ = err.value(py).setattr(*k, v);
+    }
+    err
+}
+
+fn engine(py: Python<'_>, e: &EngineError) -> PyErr {
+    match e {
+        EngineError::Sql { position, hint, .. } => {
+            let err = SqlError::new_err(e.to_string());
+            let (line, column) = position.map_or((None, None), |p| (Some(p.line), Some(p.column)));
+            with_attrs(
+                py,
+                err,
+                &[
+                    (
+                        "line",
+                        line.into_pyobject(py)
+                            .map(|o| o.into_any().unbind())
+                            .unwrap_or_else(|_| py.None()),
+                    ),
+                    (
+                        "column",
+                        column
+                            .into_pyobject(py)
+                            .map(|o| o.into_any().unbind())
+                            .unwrap_or_else(|_| py.None()),
+                    ),
+                    (
+                        "hint",
+                        hint.clone()
+                            .into_pyobject(py)
+                            .map(|o| o.into_any().unbind())
+                            .unwrap_or_else(|_| py.None()),
+                    ),
+                ],
+            )
+        }
+        EngineError::Unsupported { hint, .. } => with_attrs(
+            py,
+            UnsupportedQueryError::new_err(e.to_string()),
+            &[
+                ("line", py.None()),
+                ("column", py.None()),
+                (
+                    "hint",
+                    hint.clone()
+                        .into_pyobject(py)
+                        .map(|o| o.into_any().unbind())
+                        .unwrap_or_else(|_| py.None()),
+                ),
+            ],
+        ),
+        EngineError::Schema(_) => SchemaError::new_err(e.to_string()),
+        EngineError::Checkpoint(_) => CheckpointError::new_err(e.to_string()),
+        _ => UbikError::new_err(e.to_string()),
+    }
+}
+
+/// Maps a runtime error to the matching Python exception.
+pub fn to_py(py: Python<'_>, e: RuntimeError) -> PyErr {
+    match &e {
+        RuntimeError::Engine(inner) => engine(py, inner),
+        RuntimeError::Format(f) => SchemaError::new_err(f.to_string()),
+        RuntimeError::Connector(ConnectorError::Config(m)) => SourceError::new_err(m.clone()),
+        RuntimeError::Connector(_) | RuntimeError::Io(_) => SourceError::new_err(e.to_string()),
+        RuntimeError::Config(m) => SourceError::new_err(m.clone()),
+        RuntimeError::BadRecord(m) => DecodeError::new_err(m.clone()),
+        RuntimeError::Checkpoint(_) => CheckpointError::new_err(e.to_string()),
+    }
+}

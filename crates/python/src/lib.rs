@@ -1,0 +1,19 @@
+//! `ubik._ubik`: the native half of the Python package. It converts types
+//! (pyarrow <-> arrow-rs through the Arrow C Data Interface, zero-copy) and
+//! maps errors to Python exceptions; the work happens in `ubik-runtime`,
+//! with the GIL released.
+
+mod errors;
+mod options;
+mod session;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _ubik(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_function(wrap_pyfunction!(session::validate, m)?)?;
+    m.add_class::<session::Session>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

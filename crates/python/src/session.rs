@@ -1,0 +1,219 @@
+//! `validate()` and `Session`: conversions around `ubik_runtime::host`.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use arrow::ffi_stream::ArrowArrayStreamReader;
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use ubik_runtime::host::{HostPipeline, host_schema};
+use ubik_runtime::{PipelineConfig, SourceSpec, parse_source, plan_for};
+
+use crate::errors::{SchemaError, SourceError, to_py};
+use crate::options::{apply_runtime, host_options, query_options, resolve_schema};
+
+/// The one table a query reads, if it names exactly one.
+fn single_table(sql: &str) -> Option<String> {
+    match ubik_engine::sql::referenced_tables(sql).as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// Plans `sql` and returns (result schema, key columns, kind) without
+/// reading any row.
+#[pyfunction]
+#[pyo3(signature = (sql, schema, table=None, options=None))]
+pub fn validate<'py>(
+    py: Python<'py>,
+    sql: &str,
+    schema: &Bound<'py, PyAny>,
+    table: Option<String>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(Bound<'py, PyAny>, Vec<String>, String)> {
+    let referenced = single_table(sql);
+    let wanted = table.clone().or(referenced.clone());
+    let (named, schema) = resolve_schema(Some(schema), wanted.as_deref())?
+        .ok_or_else(|| SchemaError::new_err("validate needs the input schema"))?;
+    let table = wanted.or(named).unwrap_or_else(|| "input".into());
+    let options = query_options(options)?;
+    let plan = py
+        .detach(|| plan_for(sql, &table, schema, options))
+        .map_err(|e| to_py(py, e))?;
+    let keys = plan.key_names().iter().map(|s| s.to_string()).collect();
+    Ok((host_schema(&plan).to_pyarrow(py)?, keys, plan.kind_name()))
+}
+
+/// A running pipeline feeding this Python process.
+#[pyclass(module = "ubik._ubik")]
+pub struct Session {
+    host: Mutex<Option<HostPipeline>>,
+}
+
+/// The open pipeline of a session.
+fn open<'a>(guard: &'a mut MutexGuard<'_, Option<HostPipeline>>) -> PyResult<&'a mut HostPipeline> {
+    guard
+        .as_mut()
+        .ok_or_else(|| SourceError::new_err("the pipeline is closed"))
+}
+
+impl Session {
+    fn lock(&self) -> PyResult<MutexGuard<'_, Option<HostPipeline>>> {
+        self.host.lock().map_err(|_| {
+            SourceError::new_err("a previous call failed inside the pipeline; open a new one")
+        })
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// `source` is a URL (kafka://, webhook://, file://, -, demo://) or an
+    /// object exporting an Arrow stream (`__arrow_c_stream__`, e.g. a
+    /// `pyarrow.RecordBatchReader`).
+    #[new]
+    #[pyo3(signature = (sql, source, schema=None, table=None, checkpoint=None, options=None, host=None, kafka=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        sql: String,
+        source: &Bound<'_, PyAny>,
+        schema: Option<&Bound<'_, PyAny>>,
+        table: Option<String>,
+        checkpoint: Option<PathBuf>,
+        options: Option<&Bound<'_, PyDict>>,
+        host: Option<&Bound<'_, PyDict>>,
+        kafka: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let table = table.or_else(|| single_table(&sql));
+        let declared = resolve_schema(schema, table.as_deref())?;
+        let spec = if let Ok(url) = source.cast::<PyString>() {
+            let mut spec = parse_source(&url.to_cow()?).map_err(|e| to_py(py, e))?;
+            if let (SourceSpec::Kafka { properties, .. }, Some(k)) = (&mut spec, kafka) {
+                for (key, value) in k.iter() {
+                    properties.insert(key.extract()?, value.str()?.to_string());
+                }
+            }
+            spec
+        } else {
+            let reader = ArrowArrayStreamReader::from_pyarrow_bound(source).map_err(|e| {
+                SourceError::new_err(format!(
+                    "from_ must be a source URL or Arrow data (Table, RecordBatch, RecordBatchReader): {e}"
+                ))
+            })?;
+            let name = table.clone().unwrap_or_else(|| "input".into());
+            SourceSpec::Provided(Box::new(ubik_connectors::ArrowSource::new(
+                &name,
+                Box::new(reader),
+            )))
+        };
+        let mut config = PipelineConfig::new(sql, spec);
+        config.schema = declared.map(|(_, s)| s);
+        config.options = query_options(options)?;
+        apply_runtime(&mut config, options, checkpoint)?;
+        let host_opts = host_options(host)?;
+        let host = py
+            .detach(|| HostPipeline::open(config, host_opts))
+            .map_err(|e| to_py(py, e))?;
+        Ok(Self {
+            host: Mutex::new(Some(host)),
+        })
+    }
+
+    /// The schema of every batch.
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        open(&mut self.lock()?)?.schema().to_pyarrow(py)
+    }
+
+    /// The changelog key columns.
+    #[getter]
+    fn key(&self) -> PyResult<Vec<String>> {
+        Ok(open(&mut self.lock()?)?
+            .pipeline()
+            .plan()
+            .key_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect())
+    }
+
+    /// The next batch, or None if nothing arrived within `timeout` seconds.
+    fn next<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut guard = self.lock()?;
+        let host = open(&mut guard)?;
+        let t = Duration::from_secs_f64(timeout.max(0.0));
+        let batch = py.detach(|| host.next_batch(t)).map_err(|e| to_py(py, e))?;
+        batch.map(|b| b.to_pyarrow(py)).transpose()
+    }
+
+    /// True once a bounded input was read to the end and handed out.
+    #[getter]
+    fn finished(&self) -> PyResult<bool> {
+        Ok(open(&mut self.lock()?)?.is_finished())
+    }
+
+    /// Runs a bounded input to the end; returns the final result (latest
+    /// row per key) as a list of one RecordBatch.
+    fn final_batches<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut guard = self.lock()?;
+        let mut all = Vec::new();
+        loop {
+            let host = open(&mut guard)?;
+            let b = py
+                .detach(|| host.next_batch(Duration::from_millis(200)))
+                .map_err(|e| to_py(py, e))?;
+            match b {
+                Some(b) => all.push(b),
+                None if host.is_finished() => break,
+                None => {}
+            }
+            py.check_signals()?;
+        }
+        let host = open(&mut guard)?;
+        let folded = py
+            .detach(move || {
+                let host: &mut HostPipeline = host;
+                host.fold(&all)
+            })
+            .map_err(|e| to_py(py, e))?;
+        PyList::new(py, [folded.to_pyarrow(py)?])
+    }
+
+    /// Checkpoints the state as of the last batch handed out.
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = self.lock()?;
+        let host = open(&mut guard)?;
+        py.detach(|| host.checkpoint()).map_err(|e| to_py(py, e))
+    }
+
+    /// The token of the checkpoint the next `checkpoint()` writes.
+    #[getter]
+    fn token(&self) -> PyResult<String> {
+        Ok(open(&mut self.lock()?)?.next_token())
+    }
+
+    /// Counters: records in, changes out, dead letters, ...
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = open(&mut self.lock()?)?.pipeline().stats.clone();
+        let d = PyDict::new(py);
+        d.set_item("records_in", s.records_in)?;
+        d.set_item("changes_out", s.changes_out)?;
+        d.set_item("decode_errors", s.decode_errors)?;
+        d.set_item("dead_letters", s.dead_letters)?;
+        d.set_item("late_rows", s.late_rows)?;
+        d.set_item("checkpoints", s.checkpoints)?;
+        d.set_item("state_bytes", s.state_bytes)?;
+        Ok(d)
+    }
+
+    /// Releases the source (a webhook endpoint stops listening).
+    fn close(&self, py: Python<'_>) {
+        let taken = self.host.lock().ok().and_then(|mut g| g.take());
+        if let Some(h) = taken {
+            py.detach(move || drop(h));
+        }
+    }
+}

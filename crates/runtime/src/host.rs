@@ -1,0 +1,430 @@
+//! The Arrow leg: a pipeline driven by a host process (the Python package)
+//! that takes result batches, commits them to its own table, and then asks
+//! for a checkpoint.
+//!
+//! Batches have the query's result schema, plus a boolean `_deleted` column
+//! when the query can retract keys (HAVING, SESSION). Optionally they are
+//! coalesced into right-sized batches (max rows, max bytes, max interval),
+//! compacted to the last row per key (a lake MERGE refuses a source batch
+//! that matches a target row twice), and spilled to Arrow IPC on disk while
+//! they accumulate past a memory bound.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow_row::{RowConverter, SortField};
+use ubik_engine::{ChangeBatch, Output};
+
+use crate::config::PipelineConfig;
+use crate::error::{Result, RuntimeError};
+use crate::pipeline::{Pipeline, Step};
+
+pub const DELETED: &str = "_deleted";
+
+/// How the host wants its batches.
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// Coalesce output until this many rows ...
+    pub max_rows: Option<usize>,
+    /// ... or this many bytes ...
+    pub max_bytes: Option<usize>,
+    /// ... or until the oldest row waited this long.
+    pub max_interval: Option<Duration>,
+    /// Keep only the last row per key in a coalesced batch.
+    pub compact: bool,
+    /// Spill accumulating batches to Arrow IPC files here past `spill_bytes`.
+    pub spill_dir: Option<PathBuf>,
+    pub spill_bytes: usize,
+    /// Resume from the checkpoint a token names (kept in the checkpoint
+    /// directory) instead of the latest.
+    pub resume_from: Option<String>,
+}
+
+impl HostOptions {
+    fn coalesces(&self) -> bool {
+        self.max_rows.is_some()
+            || self.max_bytes.is_some()
+            || self.max_interval.is_some()
+            || self.compact
+    }
+}
+
+/// The result schema a host receives.
+pub fn host_schema(plan: &ubik_engine::QueryPlan) -> SchemaRef {
+    if !plan.may_retract() {
+        return Arc::clone(&plan.output_schema);
+    }
+    let mut fields: Vec<Arc<Field>> = plan.output_schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(DELETED, DataType::Boolean, false)));
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        plan.output_schema.metadata().clone(),
+    ))
+}
+
+/// Batches accumulating for one coalesced output batch.
+struct Accumulator {
+    memory: Vec<RecordBatch>,
+    spilled: Option<(PathBuf, StreamWriter<BufWriter<std::fs::File>>)>,
+    rows: usize,
+    bytes: usize,
+    memory_bytes: usize,
+    since: Option<Instant>,
+}
+
+pub struct HostPipeline {
+    pipeline: Pipeline,
+    options: HostOptions,
+    schema: SchemaRef,
+    key_columns: Vec<usize>,
+    /// Batches produced and not yet handed out.
+    ready: VecDeque<RecordBatch>,
+    acc: Accumulator,
+    spill_seq: u64,
+    out: Output,
+}
+
+impl HostPipeline {
+    pub fn open(config: PipelineConfig, options: HostOptions) -> Result<Self> {
+        let mut pipeline = Pipeline::open(config)?;
+        if let Some(token) = &options.resume_from {
+            let epoch = token_epoch(token, pipeline.fingerprint())?;
+            if epoch <= pipeline.epoch() && !pipeline.resume(Some(epoch))? {
+                return Err(RuntimeError::Checkpoint(format!(
+                    "no checkpoint for token {token:?}"
+                )));
+            }
+        }
+        let schema = host_schema(pipeline.plan());
+        let key_columns = pipeline.plan().key_columns.clone();
+        let mut host = Self {
+            pipeline,
+            options,
+            schema,
+            key_columns,
+            ready: VecDeque::new(),
+            acc: Accumulator {
+                memory: Vec::new(),
+                spilled: None,
+                rows: 0,
+                bytes: 0,
+                memory_bytes: 0,
+                since: None,
+            },
+            spill_seq: 0,
+            out: Output::default(),
+        };
+        // Output saved with the checkpoint comes first, as it was.
+        for c in host.pipeline.take_restored() {
+            let b = host.host_batch(&c)?;
+            host.ready.push_back(b);
+        }
+        Ok(host)
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    pub fn pipeline_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn host_batch(&self, c: &ChangeBatch) -> Result<RecordBatch> {
+        if !self.pipeline.plan().may_retract() {
+            return Ok(c.rows.clone());
+        }
+        let mut cols: Vec<ArrayRef> = c.rows.columns().to_vec();
+        cols.push(Arc::new(match &c.deletes {
+            Some(d) => d.clone(),
+            None => BooleanArray::from(vec![false; c.num_rows()]),
+        }));
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), cols)?)
+    }
+
+    /// The next result batch: `Ok(None)` when nothing arrived within
+    /// `timeout` (call again), `Err` on failure; [`Self::is_finished`] tells
+    /// when a bounded input is exhausted.
+    pub fn next_batch(&mut self, timeout: Duration) -> Result<Option<RecordBatch>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Ok(Some(b));
+            }
+            if self.pipeline.is_finished() {
+                self.flush()?;
+                return Ok(self.ready.pop_front());
+            }
+            self.out.clear();
+            let step = self.pipeline.step(&mut self.out)?;
+            let changes = std::mem::take(&mut self.out.changes);
+            let n: u64 = changes.iter().map(|c| c.num_rows() as u64).sum();
+            self.pipeline.note_emitted(n);
+            for c in &changes {
+                let b = self.host_batch(c)?;
+                if self.options.coalesces() {
+                    self.accumulate(b)?;
+                } else if b.num_rows() > 0 {
+                    self.ready.push_back(b);
+                }
+            }
+            if self.options.coalesces() && self.due() {
+                self.flush()?;
+            }
+            if step == Step::Finished {
+                self.flush()?;
+                continue;
+            }
+            if self.ready.is_empty() && Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.pipeline.is_finished() && self.ready.is_empty() && self.acc.rows == 0
+    }
+
+    fn accumulate(&mut self, b: RecordBatch) -> Result<()> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        let size = b.get_array_memory_size();
+        self.acc.rows += b.num_rows();
+        self.acc.bytes += size;
+        self.acc.since.get_or_insert_with(Instant::now);
+        match &mut self.acc.spilled {
+            Some((_, w)) => w.write(&b)?,
+            None => {
+                self.acc.memory_bytes += size;
+                self.acc.memory.push(b);
+                if let Some(dir) = self.options.spill_dir.clone()
+                    && self.options.spill_bytes > 0
+                    && self.acc.memory_bytes > self.options.spill_bytes
+                {
+                    self.spill(&dir)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the accumulating batches to an IPC file.
+    fn spill(&mut self, dir: &std::path::Path) -> Result<()> {
+        std::fs::create_dir_all(dir)?;
+        self.spill_seq += 1;
+        let path = dir.join(format!(
+            "ubik-spill-{}-{}.arrow",
+            std::process::id(),
+            self.spill_seq
+        ));
+        let mut w =
+            StreamWriter::try_new(BufWriter::new(std::fs::File::create(&path)?), &self.schema)?;
+        for b in self.acc.memory.drain(..) {
+            w.write(&b)?;
+        }
+        self.acc.memory_bytes = 0;
+        self.acc.spilled = Some((path, w));
+        Ok(())
+    }
+
+    fn due(&self) -> bool {
+        let o = &self.options;
+        self.acc.rows > 0
+            && (o.max_rows.is_some_and(|n| self.acc.rows >= n)
+                || o.max_bytes.is_some_and(|n| self.acc.bytes >= n)
+                || o.max_interval
+                    .is_some_and(|d| self.acc.since.is_some_and(|s| s.elapsed() >= d)))
+    }
+
+    /// Emits the accumulated rows as one batch (compacted if asked).
+    fn flush(&mut self) -> Result<()> {
+        if self.acc.rows == 0 {
+            return Ok(());
+        }
+        let mut batches = std::mem::take(&mut self.acc.memory);
+        if let Some((path, mut w)) = self.acc.spilled.take() {
+            w.finish()?;
+            drop(w);
+            let r = StreamReader::try_new(BufReader::new(std::fs::File::open(&path)?), None)?;
+            let mut spilled = r.collect::<std::result::Result<Vec<_>, _>>()?;
+            spilled.extend(batches);
+            batches = spilled;
+            let _ = std::fs::remove_file(&path);
+        }
+        let mut batch = concat_batches(&self.schema, &batches)?;
+        if self.options.compact {
+            batch = last_per_key(&batch, &self.key_columns)?;
+        }
+        self.acc = Accumulator {
+            memory: Vec::new(),
+            spilled: None,
+            rows: 0,
+            bytes: 0,
+            memory_bytes: 0,
+            since: None,
+        };
+        if batch.num_rows() > 0 {
+            self.ready.push_back(batch);
+        }
+        Ok(())
+    }
+
+    /// Checkpoints the state as of the last batch handed out; batches
+    /// produced but not handed out yet are saved and handed out again after
+    /// a resume.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        let mut pending: Vec<ChangeBatch> = Vec::new();
+        let mut held: Vec<RecordBatch> = self.ready.iter().cloned().collect();
+        if self.acc.rows > 0 {
+            // Accumulating rows are handed out later: save them too.
+            self.flush()?;
+            held = self.ready.iter().cloned().collect();
+        }
+        for b in &held {
+            pending.push(self.change_of(b)?);
+        }
+        self.pipeline.checkpoint(&pending)
+    }
+
+    fn change_of(&self, b: &RecordBatch) -> Result<ChangeBatch> {
+        let n = self.pipeline.plan().output_schema.fields().len();
+        let rows = RecordBatch::try_new(
+            Arc::clone(&self.pipeline.plan().output_schema),
+            b.columns()[..n].to_vec(),
+        )?;
+        let deletes =
+            (b.num_columns() > n).then(|| arrow::array::AsArray::as_boolean(b.column(n)).clone());
+        Ok(ChangeBatch {
+            timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
+            rows,
+            deletes,
+        })
+    }
+
+    /// Runs a bounded input to the end and returns the final result: the
+    /// latest row per key, retracted keys removed, ordered by key.
+    pub fn final_table(&mut self) -> Result<RecordBatch> {
+        let mut all = Vec::new();
+        loop {
+            match self.next_batch(Duration::from_millis(200))? {
+                Some(b) => all.push(b),
+                None if self.is_finished() => break,
+                None => {}
+            }
+        }
+        self.fold(&all)
+    }
+
+    /// The latest row per key of `batches` (result batches of this
+    /// pipeline, in order), retracted keys removed, ordered by key.
+    pub fn fold(&self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let batch = concat_batches(&self.schema, batches)?;
+        let output = Arc::clone(&self.pipeline.plan().output_schema);
+        let width = output.fields().len();
+        if !matches!(
+            self.pipeline.plan().kind,
+            ubik_engine::plan::QueryKind::Aggregate(_)
+        ) {
+            return Ok(RecordBatch::try_new(
+                output,
+                batch.columns()[..width].to_vec(),
+            )?);
+        }
+        let folded = last_per_key(&batch, &self.key_columns)?;
+        let mut keep: Vec<u32> = Vec::new();
+        if folded.num_columns() > width {
+            let d = arrow::array::AsArray::as_boolean(folded.column(width));
+            keep.extend((0..folded.num_rows() as u32).filter(|&i| !d.value(i as usize)));
+        } else {
+            keep.extend(0..folded.num_rows() as u32);
+        }
+        let folded = take_record_batch(&folded, &UInt32Array::from(keep))?;
+        let sorted = sort_by_key(&folded, &self.key_columns)?;
+        Ok(RecordBatch::try_new(
+            output,
+            sorted.columns()[..width].to_vec(),
+        )?)
+    }
+
+    /// A token naming the checkpoint the next [`Self::checkpoint`] writes,
+    /// for the host to store with its own commit.
+    pub fn next_token(&self) -> String {
+        format!(
+            "ubik1:{}:{}",
+            self.pipeline.fingerprint(),
+            self.pipeline.epoch() + 1
+        )
+    }
+}
+
+/// Parses a token of [`HostPipeline::next_token`] into its epoch, checking
+/// that it belongs to this pipeline.
+pub fn token_epoch(token: &str, fingerprint: &str) -> Result<u64> {
+    let parts: Vec<&str> = token.split(':').collect();
+    match parts.as_slice() {
+        ["ubik1", fp, epoch] if *fp == fingerprint => epoch
+            .parse()
+            .map_err(|_| RuntimeError::Checkpoint(format!("malformed position token {token:?}"))),
+        ["ubik1", _, _] => Err(RuntimeError::Checkpoint(format!(
+            "position token {token:?} belongs to a different pipeline (query, schema or options changed)"
+        ))),
+        _ => Err(RuntimeError::Checkpoint(format!(
+            "{token:?} is not a ubik position token"
+        ))),
+    }
+}
+
+/// Rows of `batch` keeping only the last row of each key, in first-seen order.
+fn last_per_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
+    if batch.num_rows() == 0 {
+        return Ok(batch.clone());
+    }
+    let fields: Vec<SortField> = key_columns
+        .iter()
+        .map(|&i| SortField::new(batch.column(i).data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let cols: Vec<ArrayRef> = key_columns
+        .iter()
+        .map(|&i| Arc::clone(batch.column(i)))
+        .collect();
+    let rows = converter.convert_columns(&cols)?;
+    let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(batch.num_rows());
+    let mut order: Vec<&[u8]> = Vec::new();
+    for i in 0..batch.num_rows() {
+        let k = rows.row(i).data();
+        if last.insert(k, i).is_none() {
+            order.push(k);
+        }
+    }
+    let idx = UInt32Array::from_iter_values(order.iter().map(|k| last[k] as u32));
+    Ok(take_record_batch(batch, &idx)?)
+}
+
+fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
+    if key_columns.is_empty() || batch.num_rows() < 2 {
+        return Ok(batch.clone());
+    }
+    let cols: Vec<arrow::compute::SortColumn> = key_columns
+        .iter()
+        .map(|&i| arrow::compute::SortColumn {
+            values: Arc::clone(batch.column(i)),
+            options: None,
+        })
+        .collect();
+    let idx = arrow::compute::lexsort_to_indices(&cols, None)?;
+    Ok(take_record_batch(batch, &idx)?)
+}

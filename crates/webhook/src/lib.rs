@@ -1,0 +1,23 @@
+//! # ubik-webhook
+//!
+//! `webhook://HOST:PORT/PATH` as a ubik source. An HTTP server (axum)
+//! accepts POSTed JSON events (an object, an array, or NDJSON; gzip too),
+//! verifies signatures, and appends the events to a durable Arrow IPC
+//! buffer — fsynced, with concurrent requests sharing one fsync (group
+//! commit) — before answering 2xx. The pipeline reads the buffer in
+//! right-sized batches (max rows, max bytes, max interval, whichever comes
+//! first); segments are truncated once a checkpoint covers them, and
+//! replayed after a restart. Nothing acknowledged is lost.
+
+pub mod auth;
+pub mod body;
+pub mod buffer;
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod server;
+pub mod source;
+
+pub use config::WebhookConfig;
+pub use error::Error;
+pub use source::WebhookSource;

@@ -1,0 +1,72 @@
+"""Shared test data: random order events and a DuckDB oracle."""
+import datetime as dt
+import json
+import random
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+BASE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+SCHEMA = "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE"
+
+
+def events(n, keys=10, step_ms=100, disorder_ms=3000, seed=1, nulls=True):
+    """Rows in arrival order: time advances step_ms per row, each row displaced back up to disorder_ms."""
+    rnd = random.Random(seed)
+    rows = []
+    for i in range(n):
+        t = BASE + dt.timedelta(milliseconds=i * step_ms - rnd.randrange(disorder_ms + 1))
+        amount = None if nulls and rnd.randrange(25) == 0 else round(rnd.random() * 500, 2)
+        rows.append({"merchant": f"m{rnd.randrange(keys):03d}", "ts": t, "amount": amount})
+    return rows
+
+
+def to_table(rows):
+    return pa.table({
+        "merchant": pa.array([r["merchant"] for r in rows], pa.string()),
+        "ts": pa.array([r["ts"] for r in rows], pa.timestamp("us", tz="UTC")),
+        "amount": pa.array([r["amount"] for r in rows], pa.float64()),
+    })
+
+
+def write_jsonl(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps({**r, "ts": r["ts"].isoformat().replace("+00:00", "Z")}) + "\n")
+    return path
+
+
+def duck(sql, table):
+    con = duckdb.connect()
+    con.register("orders", table)
+    con.execute("SET TimeZone='UTC'")
+    return con.sql(sql).arrow()
+
+
+def rows_by_key(table, key):
+    """{key tuple: row dict} with timestamps as epoch microseconds."""
+    out = {}
+    cols = table.column_names
+    for row in table.to_pylist():
+        norm = {c: (int(v.timestamp() * 1_000_000) if isinstance(v, dt.datetime) else v) for c, v in row.items()}
+        out[tuple(norm[k] for k in key)] = norm
+    assert len(out) == table.num_rows, f"duplicate keys in a result of {cols}"
+    return out
+
+
+def assert_same(got, want, key):
+    g, w = rows_by_key(got, key), rows_by_key(want, key)
+    assert g.keys() == w.keys(), f"keys differ: missing {list(w.keys() - g.keys())[:3]}, extra {list(g.keys() - w.keys())[:3]}"
+    for k, row in w.items():
+        for c, v in row.items():
+            a = g[k][c]
+            if isinstance(v, float) and a is not None:
+                assert abs(a - v) <= 1e-9 * max(1.0, abs(v)), (k, c, a, v)
+            else:
+                assert a == v, (k, c, a, v)
+
+
+@pytest.fixture
+def orders():
+    return events(3000)

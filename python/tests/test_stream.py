@@ -1,0 +1,88 @@
+"""stream(...).arrow() against DuckDB one-shot; in-process Arrow inputs; files."""
+import pyarrow as pa
+import pytest
+
+import ubik
+from conftest import SCHEMA, assert_same, duck, events, to_table, write_jsonl
+
+CASES = [
+    (
+        "SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, count(amount) AS na, "
+        "sum(amount) AS total, avg(amount) AS mean, min(amount) AS lo, max(amount) AS hi "
+        "FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')",
+        "SELECT merchant, time_bucket(INTERVAL '1 minute', ts) AS w, count(*) AS n, count(amount) AS na, "
+        "sum(amount) AS total, avg(amount) AS mean, min(amount) AS lo, max(amount) AS hi FROM orders GROUP BY ALL",
+        ["merchant", "w"],
+    ),
+    (
+        "SELECT merchant, HOP(ts, INTERVAL '20 SECONDS', INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total "
+        "FROM orders GROUP BY merchant, HOP(ts, INTERVAL '20 SECONDS', INTERVAL '1 MINUTE')",
+        "SELECT merchant, w, count(*) AS n, sum(amount) AS total FROM ("
+        " SELECT merchant, amount, time_bucket(INTERVAL '20 seconds', ts) - INTERVAL (k * 20) SECOND AS w"
+        " FROM orders, range(3) t(k)) GROUP BY ALL",
+        ["merchant", "w"],
+    ),
+    (
+        "SELECT merchant, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant HAVING count(*) > 280",
+        "SELECT merchant, count(*) AS n, sum(amount) AS total FROM orders GROUP BY ALL HAVING count(*) > 280",
+        ["merchant"],
+    ),
+    (
+        "SELECT merchant, SESSION(ts, INTERVAL '2 SECONDS') AS s, count(*) AS n, max(ts) AS last "
+        "FROM orders GROUP BY merchant, SESSION(ts, INTERVAL '2 SECONDS')",
+        "WITH o AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY merchant ORDER BY ts) < INTERVAL 2 SECOND "
+        "THEN 0 ELSE 1 END AS brk FROM orders), s AS (SELECT *, sum(brk) OVER (PARTITION BY merchant ORDER BY ts "
+        "ROWS UNBOUNDED PRECEDING) AS sid FROM o) SELECT merchant, min(ts) AS s, count(*) AS n, max(ts) AS last "
+        "FROM s GROUP BY merchant, sid",
+        ["merchant", "s"],
+    ),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_arrow_equals_duckdb(seed, case):
+    sql, oracle, key = CASES[case]
+    rows = events(2000 + 500 * seed, keys=3 + seed, step_ms=400, disorder_ms=3000, seed=seed)
+    table = to_table(rows)
+    got = ubik.stream(sql, from_=table, lateness="5s", retention="1h").arrow()
+    want = duck(oracle, table)
+    assert_same(got, want, key)
+
+
+def test_in_process_arrow_forms(orders):
+    sql = CASES[0][0]
+    table = to_table(orders)
+    expected = ubik.stream(sql, from_=table).arrow()
+    batches = table.to_batches(max_chunksize=333)
+    for form in [table.to_reader(max_chunksize=100), batches, iter(batches), pa.Table.from_batches(batches)]:
+        assert ubik.stream(sql, from_=form).arrow().equals(expected)
+    one = ubik.stream(sql, from_=batches[0]).arrow()
+    assert one.num_rows > 0
+
+
+def test_file_source_and_changelog_iteration(tmp_path, orders):
+    sql = CASES[0][0]
+    path = write_jsonl(tmp_path / "orders.jsonl", orders)
+    from_file = ubik.stream(sql, from_=f"file://{path}", schema=SCHEMA).arrow()
+    assert from_file.equals(ubik.stream(sql, from_=to_table(orders)).arrow())
+    s = ubik.stream(sql, from_=to_table(orders))
+    reader = s.to_reader()
+    assert isinstance(reader, pa.RecordBatchReader)
+    assert reader.read_all().num_rows >= from_file.num_rows
+
+
+def test_bad_input_errors(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"merchant":"a","ts":"2024-01-01T00:00:00Z","amount":1}\n{oops\n')
+    sql = CASES[0][0]
+    with pytest.raises(ubik.DecodeError, match="line 2"):
+        ubik.stream(sql, from_=f"file://{path}", schema=SCHEMA).arrow()
+    got = ubik.stream(sql, from_=f"file://{path}", schema=SCHEMA, on_error="skip").arrow()
+    assert got.num_rows == 1
+    with pytest.raises(ubik.SourceError, match="unsupported source"):
+        ubik.stream(sql, from_="ftp://x/y")
+    with pytest.raises(ubik.SourceError):
+        ubik.stream(sql, from_=f"file://{tmp_path}/missing.jsonl", schema=SCHEMA)
+    with pytest.raises(TypeError):
+        ubik.stream(sql, from_=42)
