@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every check and test of ubik: formatting, clippy, the Rust unit,
-# golden SQL, oracle-property and crash tests, then the Kafka suite against a
-# real Apache Kafka broker this script installs and starts (idempotently).
+# golden SQL, oracle-property and crash tests, the Kafka suite against a real
+# Apache Kafka broker, and the Python package's tests (pytest, pyarrow,
+# deltalake, DuckDB as the oracle). The broker and the Python environment are
+# installed and started by this script, idempotently.
 #
 #   scripts/test.sh                          everything
-#   UBIK_TEST_SKIP=kafka scripts/test.sh     skip suites (comma-separated: kafka)
+#   UBIK_TEST_SKIP=kafka,python scripts/test.sh   skip suites (comma-separated)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,6 +33,14 @@ if ! skip kafka; then
   step "cargo test: Kafka round trip, crash suite, isolation, DLQ, broker restart, fencing"
   # One at a time: one test restarts the broker.
   cargo test -p ubik-cli --features broker-tests --test kafka --quiet -- --test-threads 1
+fi
+
+if ! skip python; then
+  step "Python package: build (maturin develop) and pytest"
+  PY=$(scripts/python-env.sh)
+  VENV=$(dirname "$(dirname "$PY")")
+  VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH" maturin develop --quiet -m crates/python/Cargo.toml
+  UBIK_BIN=$PWD/target/debug/ubik "$PY" -m pytest python/tests -q -p no:cacheprovider
 fi
 
 echo

@@ -41,7 +41,9 @@ def duck(sql, table):
     con = duckdb.connect()
     con.register("orders", table)
     con.execute("SET TimeZone='UTC'")
-    return con.sql(sql).arrow()
+    out = con.sql(sql).arrow()
+    # duckdb >= 1.4 returns a RecordBatchReader here, older versions a Table.
+    return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
 
 
 def rows_by_key(table, key):

@@ -153,7 +153,9 @@ def test_flush_by_rows_bytes_and_interval(endpoint):
     port, s = endpoint("&max_rows=50&max_bytes=1GiB&max_interval=1h")
     assert _flush_sizes(port, s, 200, lambda i: json.dumps(event(i))) == [50, 50, 50, 50]
 
-    one = json.dumps({"id": 1, "kind": "k" * 58, "ts": "2024-01-01T00:00:00Z"})  # 100 bytes
+    # max_bytes counts event bytes as received: ten 100-byte events per flush.
+    bare = json.dumps({"id": 1, "kind": "", "ts": "2024-01-01T00:00:00Z"})
+    one = json.dumps({"id": 1, "kind": "k" * (100 - len(bare)), "ts": "2024-01-01T00:00:00Z"})
     assert len(one) == 100
     port, s = endpoint("&max_rows=100000&max_bytes=1000&max_interval=1h")
     assert _flush_sizes(port, s, 40, lambda i: one) == [10, 10, 10, 10]

@@ -196,7 +196,8 @@ stop() {
 
 case ${1:-} in
 install) lock && install ;;
-start) lock && start ;;
+# One retry: a port still held by a broker that is just exiting fails the first bind.
+start) lock && { (start) || { echo "broker.sh: retrying the start once" >&2; sleep 3; (start); }; } ;;
 stop) lock && stop ;;
 clean) lock && stop && rm -rf "$STATE" ;;
 status)

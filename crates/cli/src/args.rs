@@ -63,6 +63,10 @@ pub struct RunArgs {
     /// Source: kafka://host:port/topic, webhook://host:port/path, file://path.jsonl, - (stdin), demo://orders.
     #[arg(long)]
     pub from: Option<String>,
+    /// The source's SQL table name (default: the topic, the webhook path's last segment,
+    /// or for files, stdin and demo the table the query reads).
+    #[arg(long)]
+    pub table: Option<String>,
     /// Destination topic: kafka://host:port/topic (stdout when omitted). ubik writes no files.
     #[arg(long)]
     pub to: Option<String>,

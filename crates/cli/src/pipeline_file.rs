@@ -13,6 +13,7 @@ pub struct PipelineFile {
     pub query: Option<String>,
     pub query_file: Option<String>,
     pub from: Option<String>,
+    pub table: Option<String>,
     pub to: Option<String>,
     pub schema: Option<String>,
     pub schema_file: Option<String>,

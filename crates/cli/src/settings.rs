@@ -152,6 +152,7 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
         *properties = kafka_properties.clone();
     }
     let mut config = PipelineConfig::new(sql, source);
+    config.table = args.table.clone().or(file.table.clone());
     config.schema = schema;
     config.options = options;
     if let Some(p) = args.on_error.as_deref().or(file.on_error.as_deref()) {

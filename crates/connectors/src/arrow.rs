@@ -15,7 +15,10 @@ pub struct ArrowSource {
     table: String,
     reader: Box<dyn RecordBatchReader + Send>,
     schema: SchemaRef,
+    /// Position: rows handed out, or the target of the last seek.
     rows: u64,
+    /// Rows taken from the reader (handed out or skipped).
+    pulled: u64,
     /// Rows still to skip after a seek.
     skip: u64,
     ended: bool,
@@ -30,6 +33,7 @@ impl ArrowSource {
             reader,
             schema,
             rows: 0,
+            pulled: 0,
             skip: 0,
             ended: false,
             end_reported: false,
@@ -44,6 +48,7 @@ impl ArrowSource {
             let b = b.map_err(|e| {
                 ConnectorError::Fatal(format!("reading the input Arrow stream: {e}"))
             })?;
+            self.pulled += b.num_rows() as u64;
             if self.skip >= b.num_rows() as u64 {
                 self.skip -= b.num_rows() as u64;
                 continue;
@@ -106,12 +111,14 @@ impl Source for ArrowSource {
 
     fn seek(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
         let target = position["rows"].as_u64().unwrap_or(0);
-        if target < self.rows {
+        // Seeks are absolute; several may come before the first read (the
+        // latest checkpoint, then a host's older token).
+        if target < self.pulled {
             return Err(ConnectorError::Config(
                 "an in-process Arrow input cannot go back; pass the data again to resume".into(),
             ));
         }
-        self.skip = target - self.rows;
+        self.skip = target - self.pulled;
         self.rows = target;
         Ok(())
     }

@@ -109,6 +109,7 @@ impl Session {
             )))
         };
         let mut config = PipelineConfig::new(sql, spec);
+        config.table = table;
         config.schema = declared.map(|(_, s)| s);
         config.options = query_options(options)?;
         apply_runtime(&mut config, options, checkpoint)?;

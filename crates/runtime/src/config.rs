@@ -161,6 +161,9 @@ pub struct PipelineConfig {
     pub idle_timeout: Option<Duration>,
     /// Records sampled to infer a schema.
     pub infer_sample: usize,
+    /// The SQL name of the source's table; `None`: the topic, the webhook
+    /// path's last segment, or (files, stdin, demo) the table the query reads.
+    pub table: Option<String>,
 }
 
 impl PipelineConfig {
@@ -175,6 +178,7 @@ impl PipelineConfig {
             batch_size: 8192,
             idle_timeout: Some(Duration::from_secs(30)),
             infer_sample: 1000,
+            table: None,
         }
     }
 }

@@ -158,6 +158,7 @@ impl Pipeline {
         );
         let mut source = open_source(config.source)?;
         let table = match ubik_engine::sql::referenced_tables(&config.sql).as_slice() {
+            _ if config.table.is_some() => config.table.clone().unwrap_or_default(),
             [one] if flexible => one.clone(),
             _ => source.table().to_string(),
         };

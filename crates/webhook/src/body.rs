@@ -257,6 +257,8 @@ fn end_of_value(s: &[u8]) -> usize {
         match c {
             b'"' => in_str = true,
             b'{' | b'[' => depth += 1,
+            // A scalar element ends at the array's closing bracket.
+            b'}' | b']' if depth == 0 => return i,
             b'}' | b']' => {
                 depth -= 1;
                 if depth == 0 {
