@@ -15,12 +15,7 @@ N_ARROW=${1:-10000000}
 N_JSONL=${2:-1000000}
 KEYS=${3:-1000000}
 ROUNDS=${4:-3}
-CACHE=${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/bench
-mkdir -p "$CACHE"
-PY=$(scripts/python-env.sh)
-cargo build --release --quiet -p ubik-cli -p ubik-bench
-UBIK=target/release/ubik
-BENCH=target/release/ubik-bench
+source bench/common.sh
 
 ARROW=$CACHE/events-$N_ARROW.arrow
 JSONL=$CACHE/events-$N_JSONL.jsonl
@@ -28,7 +23,6 @@ JSONL=$CACHE/events-$N_JSONL.jsonl
 [[ -s $JSONL ]] || "$PY" bench/peers.py make-jsonl "$N_JSONL" "$JSONL"
 
 Q="SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM events GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')"
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 field() { "$PY" -c "import json,sys; print(json.loads(sys.stdin.readline())['$1'])"; }
 
 echo "== 1. Arrow in memory -> changelog rows ($N_ARROW events, per-merchant per-minute count/sum/avg)"

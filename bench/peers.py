@@ -18,6 +18,14 @@ DUCK_Q = ("SELECT merchant, time_bucket(INTERVAL '1 minute', ts) AS w, count(*) 
           "sum(amount) AS total, avg(amount) AS mean FROM {src} GROUP BY merchant, w")
 
 
+def materialize(rel):
+    """The whole result as a pyarrow Table: duckdb >= 1.4 returns a lazy RecordBatchReader
+    from .arrow(), which must be read inside the timed block."""
+    import pyarrow as pa
+    out = rel.arrow()
+    return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
+
+
 def report(bench, rows, secs, out_rows):
     print(json.dumps({"bench": bench, "rows": rows, "seconds": secs,
                       "rows_per_s": rows / secs, "changes": out_rows}), flush=True)
@@ -41,7 +49,7 @@ def main():
         con = duckdb.connect()
         con.register("events", tbl)
         t0 = time.perf_counter()
-        res = con.sql(DUCK_Q.format(src="events")).arrow()
+        res = materialize(con.sql(DUCK_Q.format(src="events")))
         report("duckdb-arrow", tbl.num_rows, time.perf_counter() - t0, res.num_rows)
     elif cmd == "duckdb-jsonl":
         import duckdb
@@ -49,7 +57,7 @@ def main():
         src = ("read_json('{}', format='newline_delimited', columns={{'merchant': 'VARCHAR', "
                "'ts': 'TIMESTAMPTZ', 'amount': 'DOUBLE'}})").format(arg)
         t0 = time.perf_counter()
-        res = con.sql(DUCK_Q.format(src=src)).arrow()
+        res = materialize(con.sql(DUCK_Q.format(src=src)))
         secs = time.perf_counter() - t0
         rows = sum(1 for _ in open(arg, "rb"))
         report("duckdb-jsonl", rows, secs, res.num_rows)

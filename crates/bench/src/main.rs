@@ -5,7 +5,11 @@
 //! - `encode FILE.arrow SQL`: the same plus canonical JSON encoding.
 //! - `checkpoint KEYS`: snapshot + encode of KEYS open (group, window) keys.
 //!
+//! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
+//!
 //! Prints one JSON line of measurements.
+
+mod kafka;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -143,8 +147,13 @@ fn main() -> Result<()> {
         ["arrow-agg", path, sql] => run_agg(path, sql, false),
         ["encode", path, sql] => run_agg(path, sql, true),
         ["checkpoint", keys] => checkpoint(keys.parse()?),
+        ["kafka-load", broker, topic, path, partitions] => {
+            kafka::load(broker, topic, path, partitions.parse()?)
+        }
+        ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
-            "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS"
+            "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
+             | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
         ),
     }
 }

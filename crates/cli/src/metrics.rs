@@ -91,6 +91,18 @@ impl Metrics {
             "(group, window) keys held in state.",
             s.state_keys as f64,
         );
+        metric(
+            "commit_latency_ms",
+            "gauge",
+            "Emit-to-commit latency of the last committed epoch (its oldest record).",
+            s.commit_latency_last_ms,
+        );
+        metric(
+            "commit_latency_max_ms",
+            "gauge",
+            "Largest emit-to-commit latency so far.",
+            s.commit_latency_max_ms,
+        );
         if s.watermark > i64::MIN && s.watermark < i64::MAX {
             metric(
                 "watermark_seconds",

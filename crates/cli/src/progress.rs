@@ -89,7 +89,9 @@ impl Progress {
                 events_per_s = rate.round(),
                 changes = s.changes_out,
                 watermark = %ts(s.watermark),
+                lag = s.lag.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
                 dead_letters = s.dead_letters,
+                commit_latency_ms = format!("{:.1}", s.commit_latency_last_ms),
                 "progress"
             );
         }
@@ -110,6 +112,7 @@ impl Progress {
             decode_errors = s.decode_errors,
             seconds = format!("{secs:.2}"),
             events_per_s = (s.records_in as f64 / secs.max(1e-9)).round(),
+            commit_latency_max_ms = format!("{:.1}", s.commit_latency_max_ms),
             "done"
         );
     }

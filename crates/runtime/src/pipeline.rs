@@ -46,6 +46,11 @@ pub struct Stats {
     pub watermark: i64,
     /// Records available in the source but not read yet, when known.
     pub lag: Option<u64>,
+    /// Emit-to-commit latency: from the step whose watermark closed a window
+    /// (and emitted its records) to the sink's commit returning, worst record
+    /// of the last committed epoch, and the maximum over the run.
+    pub commit_latency_last_ms: f64,
+    pub commit_latency_max_ms: f64,
     pub started: Instant,
 }
 
@@ -60,6 +65,8 @@ impl Default for Stats {
             changes_out: 0,
             checkpoints: 0,
             last_checkpoint_ms: 0.0,
+            commit_latency_last_ms: 0.0,
+            commit_latency_max_ms: 0.0,
             state_bytes: 0,
             state_keys: 0,
             watermark: MIN_TIME,

@@ -38,13 +38,24 @@ pub struct RunOptions<'a> {
 }
 
 /// Commits the sink, then checkpoints; on a lost epoch, rewinds.
-fn commit_epoch(pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<bool> {
+/// `first_write` is when the epoch's oldest uncommitted record was emitted.
+fn commit_epoch(
+    pipeline: &mut Pipeline,
+    sink: &mut dyn Sink,
+    first_write: &mut Option<Instant>,
+) -> Result<bool> {
     match sink.commit() {
         Ok(()) => {
+            if let Some(t) = first_write.take() {
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                pipeline.stats.commit_latency_last_ms = ms;
+                pipeline.stats.commit_latency_max_ms = pipeline.stats.commit_latency_max_ms.max(ms);
+            }
             pipeline.checkpoint(&[])?;
             Ok(true)
         }
         Err(ConnectorError::Transient(m)) => {
+            *first_write = None;
             recover(pipeline, sink, &m)?;
             Ok(false)
         }
@@ -86,6 +97,7 @@ pub fn run_to_sink(
     let mut records_at_commit = pipeline.stats.records_in;
     let mut last_report = Instant::now();
     let mut pending = false;
+    let mut first_write: Option<Instant> = None;
     // 0: running; 1: draining the source; 2: drained.
     let mut draining = 0;
     loop {
@@ -96,7 +108,7 @@ pub fn run_to_sink(
             }
         }
         if draining == 2 {
-            if commit_epoch(pipeline, sink)? {
+            if commit_epoch(pipeline, sink, &mut first_write)? {
                 info!("stopped on request after committing and checkpointing");
                 return Ok(RunEnd::Stopped);
             }
@@ -119,12 +131,14 @@ pub fn run_to_sink(
         match lost {
             None => {}
             Some(ConnectorError::Transient(m)) => {
+                first_write = None;
                 recover(pipeline, sink, &m)?;
                 continue;
             }
             Some(e) => return Err(RuntimeError::Connector(e)),
         }
         if written > 0 {
+            first_write.get_or_insert_with(Instant::now);
             pipeline.note_emitted(written);
             pending = true;
         }
@@ -133,7 +147,7 @@ pub fn run_to_sink(
             continue;
         }
         if step == Step::Finished {
-            if !commit_epoch(pipeline, sink)? {
+            if !commit_epoch(pipeline, sink, &mut first_write)? {
                 continue;
             }
             (opts.report)(&pipeline.stats);
@@ -147,7 +161,7 @@ pub fn run_to_sink(
         // output is still committed promptly when the input pauses.
         let idle_flush = pending && step == Step::Idle && !pipeline.has_checkpoints();
         if due || idle_flush {
-            commit_epoch(pipeline, sink)?;
+            commit_epoch(pipeline, sink, &mut first_write)?;
             last_commit = Instant::now();
             records_at_commit = pipeline.stats.records_in;
             pending = false;
