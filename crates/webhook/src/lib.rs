@@ -13,6 +13,7 @@ pub mod auth;
 pub mod body;
 pub mod buffer;
 pub mod config;
+pub mod dedupe;
 pub mod error;
 pub mod metrics;
 pub mod server;

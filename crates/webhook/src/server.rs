@@ -6,7 +6,6 @@
 //! concurrent requests share an fsync (group commit). A 2xx is sent only
 //! after that fsync.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,6 +24,7 @@ use crate::auth::verify;
 use crate::body::{Reject, check_content_type, decode, split_events};
 use crate::buffer::{Event, Shared, Writer};
 use crate::config::WebhookConfig;
+use crate::dedupe::SeenIds;
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -42,8 +42,8 @@ pub struct AppState {
     /// Bytes handed to the writer and not yet appended.
     inflight: AtomicU64,
     pub metrics: Metrics,
-    /// Event id -> received_ms, for `dedupe`.
-    seen: Mutex<HashMap<String, i64>>,
+    /// Event ids stored within `dedupe_window`, for `dedupe`.
+    seen: Mutex<SeenIds>,
 }
 
 fn now_ms() -> i64 {
@@ -139,12 +139,11 @@ async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
                 .dedupe
                 .as_deref()
                 .and_then(|f| event_id(bytes, f));
-            if let Some(id) = &id {
-                if seen.contains_key(id) {
-                    duplicates += 1;
-                    continue;
-                }
-                seen.insert(id.clone(), received_ms);
+            if let Some(id) = &id
+                && !seen.insert(id, received_ms)
+            {
+                duplicates += 1;
+                continue;
             }
             events.push(Event {
                 received_ms,
@@ -217,7 +216,7 @@ fn forget(state: &AppState, events: &[Event]) {
     let mut seen = state.seen.lock().unwrap_or_else(|p| p.into_inner());
     for e in events {
         if let Some(id) = &e.event_id {
-            seen.remove(id);
+            seen.forget(id);
         }
     }
 }
@@ -267,11 +266,12 @@ impl Server {
             .enable_all()
             .build()?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Append>();
-        let seen: HashMap<String, i64> = shared
+        let known = shared
             .index
             .lock()
-            .map(|i| i.event_ids().into_iter().collect())
+            .map(|i| i.event_ids())
             .unwrap_or_default();
+        let seen = SeenIds::new(config.dedupe_window, known);
         let state = Arc::new(AppState {
             config: config.clone(),
             shared,
