@@ -2,7 +2,9 @@
 # Kafka -> ubik -> Kafka throughput, both emit modes, side by side with the
 # broker's own produce+consume rate on the same messages (ubik-bench
 # kafka-copy: librdkafka consume + produce with ubik's producer settings).
-# Broker and clients share this machine. Builds release; starts the test broker.
+# The Flink SQL peer (bench/flink: same query, Kafka to Kafka, local mini-cluster)
+# runs in the same rounds unless FLINK=0. Broker and clients share this machine.
+# Builds release; starts the test broker.
 #
 #   [INTERVAL=1s] bench/kafka.sh [EVENTS=2000000] [ROUNDS=3] [PARTITIONS=4]
 # INTERVAL is the checkpoint (= transaction) interval: it bounds emit-to-commit latency.
@@ -42,6 +44,10 @@ for r in $(seq "$ROUNDS"); do
     "$PY" -c "import json,sys; print(json.loads(sys.stdin.readline())['seconds'])" >> "$WORK/copy.secs"
   ubik_run transactional "$r"
   ubik_run idempotent "$r"
+  if [[ ${FLINK:-1} != 0 ]]; then
+    bench/flink/run.sh "$B" "$IN" "bench-out-flink-$RUN-$r" 2>"$WORK/flink-$r.log" | tee -a /dev/stderr |
+      "$PY" -c "import json,sys; print(json.loads(sys.stdin.readline())['process_seconds'])" >> "$WORK/flink.secs"
+  fi
 done
 
 C=$(median < "$WORK/copy.secs")
@@ -56,3 +62,7 @@ print(f"broker produce+consume (kafka-copy): {n/c/1e6:.2f} M msg/s")
 print(f"ubik transactional: {n/t/1e6:.2f} M ev/s = {c/t*100:.0f}% of the broker's rate; max emit-to-commit {float('$TL'):.0f} ms")
 print(f"ubik idempotent:    {n/i/1e6:.2f} M ev/s = {c/i*100:.0f}% of the broker's rate; max emit-to-commit {float('$IL'):.0f} ms")
 PY
+if [[ -s $WORK/flink.secs ]]; then
+  F=$(median < "$WORK/flink.secs")
+  "$PY" -c "n, f, t = $N, $F, $T; print(f'flink sql (whole JVM process): {n/f/1e6:.2f} M ev/s; ubik transactional / flink speed ratio {f/t:.2f}x')"
+fi
