@@ -46,6 +46,26 @@ struct Segment {
     base: u64,
     rows: u64,
     batches: Vec<RecordBatch>,
+    /// Offset of each batch's first event: finding an offset is a binary
+    /// search (the reader looks one up on every append it wakes for).
+    starts: Vec<u64>,
+}
+
+impl Segment {
+    fn new(base: u64) -> Self {
+        Self {
+            base,
+            rows: 0,
+            batches: Vec::new(),
+            starts: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, batch: RecordBatch) {
+        self.starts.push(self.base + self.rows);
+        self.rows += batch.num_rows() as u64;
+        self.batches.push(batch);
+    }
 }
 
 /// Events taken from the buffer: payloads concatenated, their spans, and offsets.
@@ -80,19 +100,16 @@ impl Index {
         self.read
     }
 
+    /// (segment, batch, row) of `offset`, if it is buffered.
     fn locate(&self, offset: u64) -> Option<(usize, usize, usize)> {
-        for (s, seg) in self.segments.iter().enumerate() {
-            if offset >= seg.base && offset < seg.base + seg.rows {
-                let mut row = (offset - seg.base) as usize;
-                for (b, batch) in seg.batches.iter().enumerate() {
-                    if row < batch.num_rows() {
-                        return Some((s, b, row));
-                    }
-                    row -= batch.num_rows();
-                }
-            }
-        }
-        None
+        // Few segments, many batches each.
+        let s = self
+            .segments
+            .iter()
+            .position(|seg| offset >= seg.base && offset < seg.base + seg.rows)?;
+        let seg = &self.segments[s];
+        let b = seg.starts.partition_point(|&start| start <= offset) - 1;
+        Some((s, b, (offset - seg.starts[b]) as usize))
     }
 
     /// `received_ms` of the oldest unread event.
@@ -281,14 +298,12 @@ pub fn open(dir: Option<PathBuf>, segment_bytes: u64) -> Result<(Arc<Shared>, Wr
             .collect();
         bases.sort_unstable();
         for base in bases {
-            let batches = read_segment(&segment_path(d, base))?;
-            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
-            end = end.max(base + rows);
-            segments.push_back(Segment {
-                base,
-                rows,
-                batches,
-            });
+            let mut seg = Segment::new(base);
+            for batch in read_segment(&segment_path(d, base))? {
+                seg.push(batch);
+            }
+            end = end.max(base + seg.rows);
+            segments.push_back(seg);
         }
     }
     let read = segments.front().map_or(end, |s| s.base);
@@ -383,16 +398,10 @@ impl Writer {
             || idx.segments.is_empty()
             || (self.dir.is_none() && idx.segments.back().is_some_and(|s| s.rows >= 1 << 16));
         if start_new {
-            idx.segments.push_back(Segment {
-                base: first,
-                rows: 0,
-                batches: Vec::new(),
-            });
+            idx.segments.push_back(Segment::new(first));
             idx.active_base = first;
         }
-        let seg = idx.segments.back_mut().expect("a segment");
-        seg.rows += batch.num_rows() as u64;
-        seg.batches.push(batch);
+        idx.segments.back_mut().expect("a segment").push(batch);
         idx.end += events.len() as u64;
         idx.unread_bytes += bytes;
         drop(idx);

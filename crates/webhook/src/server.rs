@@ -17,6 +17,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
@@ -319,6 +320,13 @@ impl Server {
             .block_on(tokio::net::TcpListener::bind(&config.bind))
             .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.bind)))?;
         let local_addr = listener.local_addr()?;
+        // Replies are small: without TCP_NODELAY, Nagle and delayed ACKs
+        // hold some of them back for tens of milliseconds.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY: {e}");
+            }
+        });
         let app = Router::new()
             .route(&config.path, post(ingest))
             .route("/healthz", get(healthz))
