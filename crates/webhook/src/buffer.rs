@@ -87,6 +87,11 @@ pub struct Index {
     /// segment is never deleted).
     active_base: u64,
     pub draining: bool,
+    /// The reader's flush thresholds: an append wakes it only when the
+    /// buffer was empty (it then times the interval flush itself) or holds
+    /// a full flush; waking it per append costs the writers the lock.
+    pub wake_rows: u64,
+    pub wake_bytes: u64,
 }
 
 impl Index {
@@ -315,6 +320,8 @@ pub fn open(dir: Option<PathBuf>, segment_bytes: u64) -> Result<(Arc<Shared>, Wr
             unread_bytes: 0,
             active_base: end,
             draining: false,
+            wake_rows: 1,
+            wake_bytes: 1,
         }),
         changed: Condvar::new(),
         dir: dir.clone(),
@@ -394,6 +401,7 @@ impl Writer {
             .index
             .lock()
             .map_err(|_| Error::Buffer("lock poisoned".into()))?;
+        let was_empty = idx.unread_rows() == 0;
         let start_new = new_segment
             || idx.segments.is_empty()
             || (self.dir.is_none() && idx.segments.back().is_some_and(|s| s.rows >= 1 << 16));
@@ -404,8 +412,14 @@ impl Writer {
         idx.segments.back_mut().expect("a segment").push(batch);
         idx.end += events.len() as u64;
         idx.unread_bytes += bytes;
+        let wake = was_empty
+            || idx.draining
+            || idx.unread_rows() >= idx.wake_rows
+            || idx.unread_bytes >= idx.wake_bytes;
         drop(idx);
-        self.shared.changed.notify_all();
+        if wake {
+            self.shared.changed.notify_all();
+        }
         Ok((first, fsync))
     }
 

@@ -35,6 +35,10 @@ impl WebhookSource {
     pub fn open(url: &str) -> Result<Self, Error> {
         let config = WebhookConfig::parse(url)?;
         let (shared, writer) = buffer::open(config.buffer_dir.clone(), config.segment_bytes)?;
+        if let Ok(mut idx) = shared.index.lock() {
+            idx.wake_rows = config.max_rows as u64;
+            idx.wake_bytes = config.max_bytes as u64;
+        }
         let server = Server::start(config.clone(), std::sync::Arc::clone(&shared), writer)?;
         Ok(Self {
             config,
