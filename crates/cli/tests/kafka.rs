@@ -172,51 +172,13 @@ fn oracle(lines: &[String]) -> BTreeMap<String, serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("orders.jsonl");
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-    use datafusion::prelude::{JsonReadOptions, SessionContext};
-    futures_executor_block_on(async {
-        let ctx = SessionContext::new();
-        let schema = Schema::new(vec![
-            Field::new("merchant", DataType::Utf8, true),
-            Field::new(
-                "ts",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                true,
-            ),
-            Field::new("amount", DataType::Float64, true),
-        ]);
-        ctx.register_json(
-            "orders",
-            path.to_str().unwrap(),
-            JsonReadOptions::default()
-                .schema(&schema)
-                .file_extension(".jsonl"),
-        )
-        .await
-        .unwrap();
-        let batches = ctx.sql(ORACLE).await.unwrap().collect().await.unwrap();
-        let mut out = BTreeMap::new();
-        for b in batches {
-            let mut enc =
-                ubik_format::changelog::ChangelogEncoder::new(&b.schema(), vec![0, 1], true);
-            let change = ubik_engine::ChangeBatch {
-                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
-                rows: b,
-                deletes: None,
-            };
-            enc.encode(&change, |r| {
-                let k: serde_json::Value = serde_json::from_slice(r.key.unwrap()).unwrap();
-                out.insert(
-                    k.to_string(),
-                    serde_json::from_slice(r.value.unwrap()).unwrap(),
-                );
-                Ok::<_, ()>(())
-            })
-            .unwrap()
-            .unwrap();
-        }
-        out
-    })
+    oracle_changelog(&path, ORACLE)
+        .into_iter()
+        .map(|(k, v)| {
+            let k: serde_json::Value = serde_json::from_str(&k).unwrap();
+            (k.to_string(), serde_json::from_str(&v).unwrap())
+        })
+        .collect()
 }
 
 fn assert_fold_eq_oracle(

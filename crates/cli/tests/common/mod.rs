@@ -80,3 +80,56 @@ pub fn fold(lines: &[String]) -> std::collections::BTreeMap<String, String> {
     }
     state
 }
+
+/// DataFusion one-shot over an orders JSONL file (`merchant`, `ts`,
+/// `amount`), as canonical changelog key -> value strings; the first two
+/// result columns are the key.
+pub fn oracle_changelog(path: &Path, sql: &str) -> std::collections::BTreeMap<String, String> {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::prelude::{JsonReadOptions, SessionContext};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let schema = Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+            Field::new("amount", DataType::Float64, true),
+        ]);
+        ctx.register_json(
+            "orders",
+            path.to_str().unwrap(),
+            JsonReadOptions::default()
+                .schema(&schema)
+                .file_extension(".jsonl"),
+        )
+        .await
+        .unwrap();
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        let mut out = std::collections::BTreeMap::new();
+        for b in batches {
+            let mut enc =
+                ubik_format::changelog::ChangelogEncoder::new(&b.schema(), vec![0, 1], true);
+            let change = ubik_engine::ChangeBatch {
+                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
+                rows: b,
+                deletes: None,
+            };
+            enc.encode(&change, |r| {
+                out.insert(
+                    String::from_utf8_lossy(r.key.unwrap()).into_owned(),
+                    String::from_utf8_lossy(r.value.unwrap()).into_owned(),
+                );
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        }
+        out
+    })
+}
