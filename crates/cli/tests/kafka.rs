@@ -273,11 +273,37 @@ fn round_trip_equals_oracle() {
     }
 }
 
-fn spawn_logged(mut c: std::process::Command) -> Child {
-    c.stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+/// A spawned `ubik`, killed when dropped: a failed assertion must not leave
+/// it running, holding the transactional id the next run uses.
+struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_logged(mut c: std::process::Command) -> Running {
+    Running(
+        c.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 #[test]
