@@ -86,3 +86,16 @@ def test_bad_input_errors(tmp_path):
         ubik.stream(sql, from_=f"file://{tmp_path}/missing.jsonl", schema=SCHEMA)
     with pytest.raises(TypeError):
         ubik.stream(sql, from_=42)
+
+
+def test_big_batches_on_several_threads_equal_one_thread_and_duckdb():
+    # One 120k-row batch: ubik cuts it into batch_size pieces, folds each on
+    # `threads` threads; the result must not depend on either knob.
+    sql, oracle, key = CASES[0]
+    table = to_table(events(120_000, keys=40, step_ms=5, disorder_ms=3000, seed=9))
+    one = ubik.stream(sql, from_=table, lateness="5s", retention="1h", threads=1).arrow()
+    for threads, batch_size in [(2, 65_536), (3, 40_000)]:
+        many = ubik.stream(sql, from_=table, lateness="5s", retention="1h",
+                           threads=threads, batch_size=batch_size).arrow()
+        assert many.equals(one), (threads, batch_size)
+    assert_same(one, duck(oracle, table), key)

@@ -45,6 +45,9 @@ pub struct QueryArgs {
     /// How long closed windows accept late rows (upserts) before they are dead-lettered.
     #[arg(long)]
     pub retention: Option<String>,
+    /// Threads for decoding and aggregating large batches (default: one per core; output is the same for any count).
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Event-time grid for late updates and continuous-query flushes (e.g. 1s).
     #[arg(long)]
     pub emit_interval: Option<String>,

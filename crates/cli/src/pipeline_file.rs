@@ -30,6 +30,7 @@ pub struct PipelineFile {
     pub max_future: Option<String>,
     pub event_time: Option<String>,
     pub batch_size: Option<usize>,
+    pub threads: Option<usize>,
     pub metrics: Option<String>,
     /// librdkafka properties.
     #[serde(default)]

@@ -95,6 +95,12 @@ pub fn query_options(query: &QueryArgs, file: &PipelineFile) -> Result<QueryOpti
         o.max_future_us = micros("max-future", v)?;
     }
     o.event_time = query.event_time.clone().or(file.event_time.clone());
+    if let Some(n) = query.threads.or(file.threads) {
+        if n == 0 {
+            bail!("--threads must be at least 1 (omit it for one per core)");
+        }
+        o.threads = n;
+    }
     Ok(o)
 }
 

@@ -21,6 +21,8 @@ pub struct ArrowSource {
     pulled: u64,
     /// Rows still to skip after a seek.
     skip: u64,
+    /// The rest of a batch larger than one poll's worth.
+    held: Option<RecordBatch>,
     ended: bool,
     end_reported: bool,
 }
@@ -35,6 +37,7 @@ impl ArrowSource {
             rows: 0,
             pulled: 0,
             skip: 0,
+            held: None,
             ended: false,
             end_reported: false,
         }
@@ -77,7 +80,7 @@ impl Source for ArrowSource {
 
     fn poll(
         &mut self,
-        _max_records: usize,
+        max_records: usize,
         _timeout: Duration,
     ) -> Result<SourceEvent, ConnectorError> {
         if self.ended {
@@ -87,8 +90,19 @@ impl Source for ArrowSource {
             self.end_reported = true;
             return Ok(SourceEvent::PartitionEnd(0));
         }
-        match self.next_batch()? {
-            Some(b) => {
+        let next = match self.held.take() {
+            Some(b) => Some(b),
+            None => self.next_batch()?,
+        };
+        match next {
+            Some(mut b) => {
+                // Big batches (a whole pyarrow Table can be one) go in pieces
+                // of at most `max_records` rows: bounded memory per step.
+                let max = max_records.max(1);
+                if b.num_rows() > max {
+                    self.held = Some(b.slice(max, b.num_rows() - max));
+                    b = b.slice(0, max);
+                }
                 let first = self.rows;
                 self.rows += b.num_rows() as u64;
                 Ok(SourceEvent::Chunk(Chunk {
@@ -100,7 +114,7 @@ impl Source for ArrowSource {
             }
             None => {
                 self.ended = true;
-                self.poll(_max_records, _timeout)
+                self.poll(max_records, _timeout)
             }
         }
     }
@@ -113,12 +127,21 @@ impl Source for ArrowSource {
         let target = position["rows"].as_u64().unwrap_or(0);
         // Seeks are absolute; several may come before the first read (the
         // latest checkpoint, then a host's older token).
-        if target < self.pulled {
+        let held = self.held.as_ref().map_or(0, |b| b.num_rows() as u64);
+        let available_from = self.pulled - held;
+        if target < available_from {
             return Err(ConnectorError::Config(
                 "an in-process Arrow input cannot go back; pass the data again to resume".into(),
             ));
         }
-        self.skip = target - self.pulled;
+        let into_held = target - available_from;
+        match self.held.take() {
+            Some(b) if into_held < held => {
+                self.held = Some(b.slice(into_held as usize, (held - into_held) as usize));
+                self.skip = 0;
+            }
+            _ => self.skip = target - self.pulled,
+        }
         self.rows = target;
         Ok(())
     }

@@ -6,17 +6,26 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
+use crate::read_ahead::ReadAhead;
+
 use serde_json::json;
 use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 /// Bytes read per poll: large enough to amortise decoding, small enough to
 /// keep latency and memory low.
-const READ_SIZE: usize = 1 << 20;
+const READ_SIZE: usize = 4 << 20;
+
+/// Where the bytes come from: a file is read ahead on a thread; stdin is
+/// read in place (a read-ahead thread could block forever on an idle pipe).
+enum Input {
+    Direct(Box<dyn Read + Send>),
+    Ahead(ReadAhead),
+}
 
 pub struct FileSource {
     name: String,
     table: String,
-    reader: Box<dyn Read + Send>,
+    input: Input,
     seekable: Option<File>,
     /// Bytes before `pending` (a record never straddles this offset).
     offset: u64,
@@ -37,11 +46,11 @@ impl FileSource {
             .and_then(|s| s.to_str())
             .map(|s| s.split('.').next().unwrap_or(s).to_string())
             .unwrap_or_else(|| "input".into());
-        let reader = file.try_clone()?;
+        let input = Input::Ahead(ReadAhead::spawn(Box::new(file.try_clone()?), READ_SIZE)?);
         Ok(Self {
             name: format!("file://{path}"),
             table,
-            reader: Box::new(reader),
+            input,
             seekable: Some(file),
             offset: 0,
             line: 0,
@@ -55,7 +64,7 @@ impl FileSource {
         Self {
             name: "stdin".into(),
             table: "stdin".into(),
-            reader: Box::new(std::io::stdin()),
+            input: Input::Direct(Box::new(std::io::stdin())),
             seekable: None,
             offset: 0,
             line: 0,
@@ -67,15 +76,32 @@ impl FileSource {
 
     /// Reads until `pending` holds at least one full line or the input ended.
     fn fill(&mut self) -> Result<(), ConnectorError> {
-        let mut buf = vec![0u8; READ_SIZE];
         while !self.eof {
-            let n = self.reader.read(&mut buf)?;
-            if n == 0 {
+            let len = self.pending.len();
+            match &mut self.input {
+                Input::Ahead(ahead) => {
+                    let block = ahead.next_block()?;
+                    if self.pending.is_empty() {
+                        self.pending = block;
+                    } else {
+                        self.pending.extend_from_slice(&block);
+                    }
+                }
+                Input::Direct(reader) => {
+                    self.pending.resize(len + READ_SIZE, 0);
+                    let read = reader.read(&mut self.pending[len..]);
+                    let n = *read.as_ref().unwrap_or(&0);
+                    self.pending.truncate(len + n);
+                    read?;
+                }
+            }
+            if self.pending.len() == len {
                 self.eof = true;
                 break;
             }
-            self.pending.extend_from_slice(&buf[..n]);
-            if memchr::memchr(b'\n', &buf[..n]).is_some() && self.pending.len() >= READ_SIZE / 2 {
+            if memchr::memchr(b'\n', &self.pending[len..]).is_some()
+                && self.pending.len() >= READ_SIZE / 2
+            {
                 break;
             }
         }
@@ -138,7 +164,9 @@ impl Source for FileSource {
                 line += 1;
                 start = (nl + 1).min(cut);
             }
-            let rest = self.pending.split_off(start);
+            // The chunk takes the buffer; the partial last line starts the next one.
+            let rest = self.pending[start..].to_vec();
+            self.pending.truncate(start);
             let data = std::mem::replace(&mut self.pending, rest);
             self.offset += data.len() as u64;
             self.line = line;
@@ -163,8 +191,10 @@ impl Source for FileSource {
         let line = position["line"].as_u64().unwrap_or(0);
         match self.seekable.as_mut() {
             Some(f) => {
+                // Stop the old read-ahead before moving the shared file offset.
+                self.input = Input::Direct(Box::new(std::io::empty()));
                 f.seek(SeekFrom::Start(offset))?;
-                self.reader = Box::new(f.try_clone()?);
+                self.input = Input::Ahead(ReadAhead::spawn(Box::new(f.try_clone()?), READ_SIZE)?);
             }
             None if offset == 0 => {}
             None => {

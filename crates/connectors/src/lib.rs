@@ -9,6 +9,7 @@
 pub mod arrow;
 pub mod demo;
 pub mod file;
+mod read_ahead;
 pub mod stdout;
 
 pub use arrow::ArrowSource;

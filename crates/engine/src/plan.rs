@@ -42,6 +42,22 @@ pub struct QueryOptions {
     /// queries use the column of their window function. `None`: the source's
     /// only timestamp column, if it has exactly one.
     pub event_time: Option<String>,
+    /// Threads a windowed aggregation may fold a large batch on (0: one per
+    /// core). Output does not depend on it: every aggregate that runs in
+    /// parallel has exact, order-independent state, and rows are emitted in
+    /// key order. Not part of a checkpoint's identity for the same reason.
+    #[serde(skip)]
+    pub threads: usize,
+}
+
+impl QueryOptions {
+    /// [`Self::threads`] with 0 resolved to the number of cores.
+    pub fn resolved_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 impl Default for QueryOptions {
@@ -53,6 +69,7 @@ impl Default for QueryOptions {
             emit_every_rows: 10_000,
             max_future_us: 86_400 * MICROS_PER_SECOND,
             event_time: None,
+            threads: 0,
         }
     }
 }

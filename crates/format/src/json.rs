@@ -54,15 +54,110 @@ impl Decoded {
 /// Records decoded per tape; arrow-json preallocates for this many.
 const CHUNK: usize = 8192;
 
+/// Decodes records into batches of one schema. Large inputs are split into
+/// chunks decoded on several threads; the result is the same rows in the
+/// same order whatever the thread count.
 pub struct JsonDecoder {
+    schema: SchemaRef,
+    /// One per thread, created when first needed.
+    workers: Vec<ChunkDecoder>,
+    threads: usize,
+}
+
+impl JsonDecoder {
+    /// A decoder using up to one thread per core.
+    pub fn new(schema: SchemaRef) -> Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_threads(schema, threads)
+    }
+
+    /// A decoder using up to `threads` threads (at least one).
+    pub fn with_threads(schema: SchemaRef, threads: usize) -> Result<Self> {
+        Ok(Self {
+            workers: vec![ChunkDecoder::new(Arc::clone(&schema))?],
+            schema,
+            threads: threads.max(1),
+        })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Decodes `records`, one JSON object each.
+    pub fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded> {
+        if records.len() <= CHUNK {
+            return self.workers[0].decode_chunk(records);
+        }
+        let chunks: Vec<&[&[u8]]> = records.chunks(CHUNK).collect();
+        let threads = self.threads.min(chunks.len());
+        while self.workers.len() < threads {
+            self.workers
+                .push(ChunkDecoder::new(Arc::clone(&self.schema))?);
+        }
+        // Worker w decodes a contiguous run of chunks; runs are joined in order.
+        let bounds: Vec<usize> = (0..=threads).map(|w| w * chunks.len() / threads).collect();
+        let decode_run = |worker: &mut ChunkDecoder, w: usize| -> Result<Vec<Decoded>> {
+            chunks[bounds[w]..bounds[w + 1]]
+                .iter()
+                .map(|c| worker.decode_chunk(c))
+                .collect()
+        };
+        let runs: Vec<Vec<Decoded>> = if threads == 1 {
+            vec![decode_run(&mut self.workers[0], 0)?]
+        } else {
+            let (first, rest) = self.workers[..threads].split_at_mut(1);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = rest
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, worker)| scope.spawn(move || decode_run(worker, i + 1)))
+                    .collect();
+                let mut runs = vec![decode_run(&mut first[0], 0)?];
+                for h in handles {
+                    runs.push(h.join().map_err(|_| {
+                        crate::error::FormatError::Record(
+                            "internal error: a JSON decode thread panicked".into(),
+                        )
+                    })??);
+                }
+                Ok::<_, crate::error::FormatError>(runs)
+            })?
+        };
+        let mut parts = Vec::with_capacity(chunks.len());
+        let mut index = Vec::new();
+        let mut bad = Vec::new();
+        let mut any_bad = false;
+        for (c, d) in runs.into_iter().flatten().enumerate() {
+            let base = c * CHUNK;
+            any_bad |= !d.bad.is_empty();
+            for r in 0..d.batch.num_rows() {
+                index.push((base + d.record_of(r)) as u32);
+            }
+            bad.extend(d.bad.into_iter().map(|b| BadRecord {
+                index: b.index + base,
+                message: b.message,
+            }));
+            parts.push(d.batch);
+        }
+        Ok(Decoded {
+            batch: concat_batches(&self.schema, &parts)?,
+            records: if any_bad { index } else { Vec::new() },
+            bad,
+        })
+    }
+}
+
+/// One arrow-json decoder and the timestamp parsing after it.
+struct ChunkDecoder {
     schema: SchemaRef,
     decode_schema: SchemaRef,
     timestamps: Vec<usize>,
     decoder: Decoder,
 }
 
-impl JsonDecoder {
-    pub fn new(schema: SchemaRef) -> Result<Self> {
+impl ChunkDecoder {
+    fn new(schema: SchemaRef) -> Result<Self> {
         let timestamps: Vec<usize> = schema
             .fields()
             .iter()
@@ -99,39 +194,6 @@ impl JsonDecoder {
             // Numbers in text columns become text: epoch millis in a timestamp column.
             .with_coerce_primitive(true)
             .build_decoder()?)
-    }
-
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    /// Decodes `records`, one JSON object each.
-    pub fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded> {
-        if records.len() <= CHUNK {
-            return self.decode_chunk(records);
-        }
-        let mut parts = Vec::new();
-        let mut index = Vec::new();
-        let mut bad = Vec::new();
-        let mut any_bad = false;
-        for (c, chunk) in records.chunks(CHUNK).enumerate() {
-            let base = c * CHUNK;
-            let d = self.decode_chunk(chunk)?;
-            any_bad |= !d.bad.is_empty();
-            for r in 0..d.batch.num_rows() {
-                index.push((base + d.record_of(r)) as u32);
-            }
-            bad.extend(d.bad.into_iter().map(|b| BadRecord {
-                index: b.index + base,
-                message: b.message,
-            }));
-            parts.push(d.batch);
-        }
-        Ok(Decoded {
-            batch: concat_batches(&self.schema, &parts)?,
-            records: if any_bad { index } else { Vec::new() },
-            bad,
-        })
     }
 
     fn decode_chunk(&mut self, records: &[&[u8]]) -> Result<Decoded> {
@@ -344,6 +406,39 @@ mod tests {
             ),
             Field::new("n", DataType::Int64, true),
         ]))
+    }
+
+    #[test]
+    fn thread_count_does_not_change_the_result() {
+        // Several chunks, bad records in some of them, one record per line.
+        let lines: Vec<String> = (0..30_000)
+            .map(|i| match i % 4_099 {
+                7 => "{broken".to_string(),
+                11 => format!(r#"{{"m":"x{i}","ts":"not a time","n":{i}}}"#),
+                _ => format!(
+                    r#"{{"m":"k{}","ts":{},"n":{i}}}"#,
+                    i % 13,
+                    1_704_067_200_000i64 + i
+                ),
+            })
+            .collect();
+        let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        let one = JsonDecoder::with_threads(schema(), 1)
+            .unwrap()
+            .decode(&records)
+            .unwrap();
+        assert_eq!(one.bad.len(), 2 * 8);
+        assert_eq!(one.batch.num_rows() + one.bad.len(), records.len());
+        for threads in [2, 3, 5] {
+            let mut d = JsonDecoder::with_threads(schema(), threads).unwrap();
+            // Twice: the worker decoders must be reusable after bad records.
+            for _ in 0..2 {
+                let many = d.decode(&records).unwrap();
+                assert_eq!(many.batch, one.batch, "{threads} threads");
+                assert_eq!(many.records, one.records, "{threads} threads");
+                assert_eq!(many.bad, one.bad, "{threads} threads");
+            }
+        }
     }
 
     #[test]

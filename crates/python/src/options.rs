@@ -111,6 +111,9 @@ pub fn query_options(d: Option<&Bound<'_, PyDict>>) -> PyResult<QueryOptions> {
     if let Some(v) = get(d, "event_time")? {
         o.event_time = Some(v.extract()?);
     }
+    if let Some(v) = get(d, "threads")? {
+        o.threads = v.extract::<usize>()?;
+    }
     Ok(o)
 }
 

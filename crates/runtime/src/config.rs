@@ -175,7 +175,7 @@ impl PipelineConfig {
             options: QueryOptions::default(),
             checkpoint: None,
             on_error: ErrorPolicy::Fail,
-            batch_size: 8192,
+            batch_size: 65_536,
             idle_timeout: Some(Duration::from_secs(30)),
             infer_sample: 1000,
             table: None,

@@ -198,7 +198,8 @@ impl Pipeline {
         }
         let source_name = source.describe();
         let initial_position = source.position();
-        let decoder = JsonDecoder::new(Arc::clone(&schema))?;
+        let decoder =
+            JsonDecoder::with_threads(Arc::clone(&schema), config.options.resolved_threads())?;
         let mut pipeline = Self {
             query,
             source,

@@ -67,6 +67,12 @@ pub fn create_accumulator(spec: &AggregateSpec) -> Result<Box<dyn StreamAccumula
     Ok(Box::new(delegate::DataFusionAccumulator::try_new(spec)?))
 }
 
+/// Whether the aggregate's result is independent of the order rows are
+/// folded and partial states merged in (so a batch may be folded in parallel).
+pub fn is_order_independent(spec: &AggregateSpec) -> bool {
+    pick_native(spec).is_some()
+}
+
 /// State fields of the accumulator [`create_accumulator`] picks, named for checkpoints.
 pub fn state_fields(spec: &AggregateSpec) -> Result<Vec<FieldRef>> {
     if let Some(fields) = native_state_fields(spec) {

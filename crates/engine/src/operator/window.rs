@@ -14,16 +14,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{AsArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
 
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
 use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBatch};
+use crate::accumulate::is_order_independent;
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
-use crate::state::{AggInputs, KeyedState};
+use crate::state::KeyedState;
 use crate::time::{floor_to, next_tick};
 
 /// Late rows waiting for their grid point.
@@ -34,19 +35,145 @@ struct PendingLate {
     starts: Vec<i64>,
 }
 
-pub struct WindowOperator {
+/// Window geometry and lateness policy: what classifying a row needs.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
     size: i64,
     slide: i64,
     retention: i64,
     emit_interval: i64,
-    eval: AggEvaluator,
-    emitter: Emitter,
+}
+
+impl Grid {
+    /// Starts of the windows containing `t`, newest first.
+    fn windows_of(&self, t: i64, out: &mut Vec<i64>) {
+        out.clear();
+        let last = floor_to(t, self.slide);
+        let mut start = last;
+        while start > t - self.size {
+            out.push(start);
+            start -= self.slide;
+        }
+    }
+}
+
+/// Creates the empty state of one window.
+struct StateFactory {
     key_fields: Vec<FieldRef>,
     specs: Vec<AggregateSpec>,
+}
+
+impl StateFactory {
+    fn create(&self) -> Result<KeyedState> {
+        KeyedState::new(&self.key_fields, &self.specs, false, false)
+    }
+}
+
+/// Rows of one stamped batch (or a contiguous part of it).
+struct Rows<'a> {
+    partition: u32,
+    batch: RecordBatch,
+    times: &'a [i64],
+    stamps: &'a [i64],
+    origin: &'a [u32],
+}
+
+/// Late rows of a part, by grid tick: (row in the part, window start).
+type LateRows = BTreeMap<i64, (Vec<u32>, Vec<i64>)>;
+
+/// Batches smaller than this are folded on the calling thread: below it a
+/// thread's start-up costs more than it saves.
+const PARALLEL_MIN_ROWS: usize = 16_384;
+
+pub struct WindowOperator {
+    grid: Grid,
+    eval: AggEvaluator,
+    emitter: Emitter,
+    factory: StateFactory,
     source_schema: SchemaRef,
     open: BTreeMap<i64, KeyedState>,
+    /// Per extra thread: partial states of open windows, folded from part of
+    /// large batches and merged into `open` before a window is read.
+    partials: Vec<BTreeMap<i64, KeyedState>>,
     closed: BTreeMap<i64, KeyedState>,
     pending: BTreeMap<i64, Vec<PendingLate>>,
+}
+
+/// Folds the on-time rows of `rows` into `open`; returns the rejects and the
+/// late rows (to be queued in order).
+fn fold_rows(
+    grid: Grid,
+    eval: &AggEvaluator,
+    factory: &StateFactory,
+    open: &mut BTreeMap<i64, KeyedState>,
+    rows: &Rows<'_>,
+) -> Result<(Vec<Reject>, LateRows)> {
+    let n = rows.batch.num_rows();
+    let mut rejects = Vec::new();
+    let mut on_time: Vec<(i64, Vec<u32>)> = Vec::new();
+    let mut late = LateRows::new();
+    let mut starts = Vec::new();
+    let mut last_slot = usize::MAX;
+    for i in 0..n {
+        let (t, stamp) = (rows.times[i], rows.stamps[i]);
+        grid.windows_of(t, &mut starts);
+        let mut kept = false;
+        let mut newest_end = 0;
+        for &start in &starts {
+            let end = start + grid.size;
+            if end > stamp {
+                kept = true;
+                if last_slot == usize::MAX || on_time[last_slot].0 != start {
+                    last_slot = match on_time.iter().position(|(s, _)| *s == start) {
+                        Some(p) => p,
+                        None => {
+                            on_time.push((start, Vec::new()));
+                            on_time.len() - 1
+                        }
+                    };
+                }
+                on_time[last_slot].1.push(i as u32);
+            } else if end.saturating_add(grid.retention) > stamp {
+                kept = true;
+                let e = late
+                    .entry(next_tick(stamp, grid.emit_interval))
+                    .or_default();
+                e.0.push(i as u32);
+                e.1.push(start);
+            } else {
+                newest_end = newest_end.max(end);
+            }
+        }
+        if !kept {
+            rejects.push(Reject {
+                partition: rows.partition,
+                row: rows.origin[i] as usize,
+                reason: RejectReason::TooLate {
+                    window_end: newest_end,
+                    watermark: stamp,
+                },
+            });
+        }
+    }
+    if !on_time.is_empty() {
+        let keys = eval.keys(&rows.batch)?;
+        let inputs = eval.inputs(&rows.batch)?;
+        for (start, members) in on_time {
+            let state = match open.entry(start) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(factory.create()?),
+            };
+            if members.len() == n {
+                // Every row of the batch, in order: no copy.
+                state.update(&keys, n, &inputs, None)?;
+            } else {
+                let idx = UInt32Array::from(members);
+                let k = super::emit::take_all(&keys, &idx)?;
+                state.update(&k, idx.len(), &inputs.take(&idx)?, None)?;
+            }
+        }
+    }
+    Ok((rejects, late))
 }
 
 impl WindowOperator {
@@ -61,68 +188,112 @@ impl WindowOperator {
             Some(WindowSpec::Hop { slide, size }) => (size, slide),
             _ => return Err(EngineError::internal("window operator without TUMBLE/HOP")),
         };
+        // Parallel folding needs partial states that merge exactly.
+        let threads = if plan.aggregates.iter().all(is_order_independent) {
+            options.resolved_threads()
+        } else {
+            1
+        };
         Ok(Self {
-            size,
-            slide,
-            retention: options.retention_us.max(0),
-            emit_interval: options.emit_interval_us.max(1),
+            grid: Grid {
+                size,
+                slide,
+                retention: options.retention_us.max(0),
+                emit_interval: options.emit_interval_us.max(1),
+            },
             eval: AggEvaluator::new(plan),
             emitter,
-            key_fields: plan.group_fields.clone(),
-            specs: plan.aggregates.clone(),
+            factory: StateFactory {
+                key_fields: plan.group_fields.clone(),
+                specs: plan.aggregates.clone(),
+            },
             source_schema,
             open: BTreeMap::new(),
+            partials: (1..threads.max(1)).map(|_| BTreeMap::new()).collect(),
             closed: BTreeMap::new(),
             pending: BTreeMap::new(),
         })
     }
 
     fn new_state(&self) -> Result<KeyedState> {
-        KeyedState::new(&self.key_fields, &self.specs, false, false)
+        self.factory.create()
     }
 
-    /// Folds `rows` of the evaluated batch into the open window at `start`.
-    fn update_open(
+    /// Merges the partial states of open windows starting before `until` into `open`.
+    fn merge_partials(&mut self, until: i64) -> Result<()> {
+        for partial in &mut self.partials {
+            let rest = partial.split_off(&until);
+            for (start, state) in std::mem::replace(partial, rest) {
+                match self.open.entry(start) {
+                    std::collections::btree_map::Entry::Occupied(mut e) => {
+                        e.get_mut().absorb(state)?
+                    }
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(state);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds `input` on up to `1 + partials.len()` threads, each taking a
+    /// contiguous part; returns each part's rejects and late rows, in order.
+    fn fold_parallel(
         &mut self,
-        start: i64,
-        rows: &[u32],
-        total: usize,
-        keys: &[ArrayRef],
-        inputs: &AggInputs,
-    ) -> Result<()> {
-        if !self.open.contains_key(&start) {
-            let s = self.new_state()?;
-            self.open.insert(start, s);
+        input: &StampedBatch,
+    ) -> Result<Vec<(usize, Vec<Reject>, LateRows)>> {
+        let n = input.batch.num_rows();
+        let parts = (1 + self.partials.len())
+            .min(n / (PARALLEL_MIN_ROWS / 2))
+            .max(1);
+        let bounds: Vec<usize> = (0..=parts).map(|p| p * n / parts).collect();
+        let rows_of = |p: usize| {
+            let (a, b) = (bounds[p], bounds[p + 1]);
+            Rows {
+                partition: input.partition,
+                batch: input.batch.slice(a, b - a),
+                times: &input.times[a..b],
+                stamps: &input.stamps[a..b],
+                origin: &input.origin[a..b],
+            }
+        };
+        let (grid, eval, factory) = (self.grid, &self.eval, &self.factory);
+        if parts == 1 {
+            let (rejects, late) = fold_rows(grid, eval, factory, &mut self.open, &rows_of(0))?;
+            return Ok(vec![(0, rejects, late)]);
         }
-        let state = self.open.get_mut(&start).expect("inserted");
-        if rows.len() == total {
-            // Every row of the batch, in order: no copy.
-            state.update(keys, total, inputs, None)
-        } else {
-            let idx = UInt32Array::from(rows.to_vec());
-            let keys = super::emit::take_all(keys, &idx)?;
-            let inputs = inputs.take(&idx)?;
-            state.update(&keys, rows.len(), &inputs, None)
-        }
-    }
-
-    fn windows_of(&self, t: i64, out: &mut Vec<i64>) {
-        out.clear();
-        let last = floor_to(t, self.slide);
-        let mut start = last;
-        while start > t - self.size {
-            out.push(start);
-            start -= self.slide;
-        }
+        let open = &mut self.open;
+        let partials = &mut self.partials[..parts - 1];
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = partials
+                .iter_mut()
+                .enumerate()
+                .map(|(w, partial)| {
+                    let rows = rows_of(w + 1);
+                    scope.spawn(move || fold_rows(grid, eval, factory, partial, &rows))
+                })
+                .collect();
+            let mut results = Vec::with_capacity(parts);
+            let (rejects, late) = fold_rows(grid, eval, factory, open, &rows_of(0))?;
+            results.push((0, rejects, late));
+            for (w, worker) in workers.into_iter().enumerate() {
+                let (rejects, late) = worker
+                    .join()
+                    .map_err(|_| EngineError::internal("a fold thread panicked"))??;
+                results.push((bounds[w + 1], rejects, late));
+            }
+            Ok(results)
+        })
     }
 
     fn close(&mut self, start: i64, out: &mut Output) -> Result<()> {
         let Some(mut state) = self.open.remove(&start) else {
             return Ok(());
         };
-        let end = start + self.size;
+        let end = start + self.grid.size;
         let n = state.len();
-        let (keys, values) = if self.retention > 0 {
+        let (keys, values) = if self.grid.retention > 0 {
             let all: Vec<usize> = (0..n).collect();
             (state.keys(&all)?, state.evaluate(&all)?)
         } else {
@@ -138,7 +309,7 @@ impl WindowOperator {
         };
         let (batch, visible) = self.emitter.emit(rows)?;
         out.changes.extend(batch);
-        if self.retention > 0 {
+        if self.grid.retention > 0 {
             let all: Vec<usize> = (0..n).collect();
             state.set_visible(&all, &visible);
             state.set_track_dirty(true);
@@ -179,7 +350,7 @@ impl WindowOperator {
             let state = self.closed.get_mut(&start).expect("touched");
             let groups = state.take_dirty();
             let n = groups.len();
-            let end = start + self.size;
+            let end = start + self.grid.size;
             stage.append(StageRows {
                 keys: state.keys(&groups)?,
                 window: Some((vec![start; n], vec![end; n])),
@@ -214,76 +385,29 @@ impl WindowOperator {
 
 impl Operator for WindowOperator {
     fn process_batch(&mut self, input: StampedBatch, out: &mut Output) -> Result<()> {
-        let n = input.batch.num_rows();
-        if n == 0 {
+        if input.batch.num_rows() == 0 {
             return Ok(());
         }
-        // Classify each (row, window): on time, late within retention, or too late.
-        let mut on_time: Vec<(i64, Vec<u32>)> = Vec::new();
-        let mut late: BTreeMap<i64, (Vec<u32>, Vec<i64>)> = BTreeMap::new();
-        let mut starts = Vec::new();
-        let mut last_slot = usize::MAX;
-        for i in 0..n {
-            let (t, stamp) = (input.times[i], input.stamps[i]);
-            self.windows_of(t, &mut starts);
-            let mut kept = false;
-            let mut newest_end = 0;
-            for &start in &starts {
-                let end = start + self.size;
-                if end > stamp {
-                    kept = true;
-                    if last_slot == usize::MAX || on_time[last_slot].0 != start {
-                        last_slot = match on_time.iter().position(|(s, _)| *s == start) {
-                            Some(p) => p,
-                            None => {
-                                on_time.push((start, Vec::new()));
-                                on_time.len() - 1
-                            }
-                        };
-                    }
-                    on_time[last_slot].1.push(i as u32);
-                } else if end.saturating_add(self.retention) > stamp {
-                    kept = true;
-                    let e = late
-                        .entry(next_tick(stamp, self.emit_interval))
-                        .or_default();
-                    e.0.push(i as u32);
-                    e.1.push(start);
-                } else {
-                    newest_end = newest_end.max(end);
-                }
+        for (offset, rejects, late) in self.fold_parallel(&input)? {
+            out.rejects.extend(rejects);
+            for (tick, (rows, starts)) in late {
+                let idx =
+                    UInt32Array::from_iter_values(rows.into_iter().map(|r| r + offset as u32));
+                let batch = take_record_batch(&input.batch, &idx)?;
+                self.pending
+                    .entry(tick)
+                    .or_default()
+                    .push(PendingLate { batch, starts });
             }
-            if !kept {
-                out.rejects.push(Reject {
-                    partition: input.partition,
-                    row: input.origin[i] as usize,
-                    reason: RejectReason::TooLate {
-                        window_end: newest_end,
-                        watermark: stamp,
-                    },
-                });
-            }
-        }
-        if !on_time.is_empty() {
-            let keys = self.eval.keys(&input.batch)?;
-            let inputs = self.eval.inputs(&input.batch)?;
-            for (start, rows) in on_time {
-                self.update_open(start, &rows, n, &keys, &inputs)?;
-            }
-        }
-        for (tick, (rows, starts)) in late {
-            let batch = take_record_batch(&input.batch, &UInt32Array::from(rows))?;
-            self.pending
-                .entry(tick)
-                .or_default()
-                .push(PendingLate { batch, starts });
         }
         Ok(())
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        // Windows ending at or before the watermark close now: read them whole.
+        self.merge_partials(watermark.saturating_sub(self.grid.size).saturating_add(1))?;
         loop {
-            let next_close = self.open.keys().next().map(|s| s + self.size);
+            let next_close = self.open.keys().next().map(|s| s + self.grid.size);
             let next_tick = self.pending.keys().next().copied();
             let next = match (next_close, next_tick) {
                 (Some(c), Some(t)) => c.min(t),
@@ -295,7 +419,7 @@ impl Operator for WindowOperator {
                 break;
             }
             if next_close == Some(next) {
-                let start = next - self.size;
+                let start = next - self.grid.size;
                 self.close(start, out)?;
             } else {
                 self.apply_late(next, out)?;
@@ -303,14 +427,15 @@ impl Operator for WindowOperator {
         }
         // Late rows for a window arrive with stamps below end + retention, so
         // they are all applied by end + retention + one grid step.
-        let horizon = self.retention.saturating_add(self.emit_interval);
-        let size = self.size;
+        let horizon = self.grid.retention.saturating_add(self.grid.emit_interval);
+        let size = self.grid.size;
         self.closed
             .retain(|&start, _| (start + size).saturating_add(horizon) > watermark);
         Ok(())
     }
 
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
+        self.merge_partials(i64::MAX)?;
         let mut batches = Vec::new();
         for (start, state) in self.open.iter_mut() {
             batches.push((format!("open/{start}"), state.snapshot()?));
@@ -385,6 +510,7 @@ impl Operator for WindowOperator {
     fn state_size(&self) -> usize {
         self.open
             .values()
+            .chain(self.partials.iter().flat_map(|p| p.values()))
             .chain(self.closed.values())
             .map(|s| s.size())
             .sum::<usize>()
@@ -396,9 +522,12 @@ impl Operator for WindowOperator {
                 .sum::<usize>()
     }
 
+    /// Groups held; a key folded on several threads counts once per thread
+    /// until its window closes.
     fn state_keys(&self) -> usize {
         self.open
             .values()
+            .chain(self.partials.iter().flat_map(|p| p.values()))
             .chain(self.closed.values())
             .map(|s| s.len())
             .sum()

@@ -118,6 +118,14 @@ impl KeyedState {
         for (j, acc) in self.accs.iter_mut().enumerate() {
             acc.update(&inputs.args[j], &groups, inputs.filters[j].as_ref(), total)?;
         }
+        self.touch(&groups, times, total);
+        self.scratch = groups;
+        Ok(())
+    }
+
+    /// Bookkeeping after `groups` were folded into: grow the per-group
+    /// vectors to `total`, raise max times, mark the groups dirty.
+    fn touch(&mut self, groups: &[usize], times: Option<&[i64]>, total: usize) {
         if self.visible.len() < total {
             self.visible.resize(total, false);
         }
@@ -135,14 +143,32 @@ impl KeyedState {
             if dirty.flag.len() < total {
                 dirty.flag.resize(total, false);
             }
-            for &g in &groups {
+            for &g in groups {
                 if !dirty.flag[g] {
                     dirty.flag[g] = true;
                     dirty.list.push(g);
                 }
             }
         }
-        self.scratch = groups;
+    }
+
+    /// Folds every group of `other` (same keys and aggregates) into this
+    /// state: the merge of a partial state folded on another thread.
+    pub fn absorb(&mut self, mut other: KeyedState) -> Result<()> {
+        let n = other.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let all: Vec<usize> = (0..n).collect();
+        let keys = other.interner.all_keys()?;
+        let mut groups = Vec::with_capacity(n);
+        self.interner.intern(&keys, n, &mut groups)?;
+        let total = self.interner.len();
+        for (acc, theirs) in self.accs.iter_mut().zip(other.accs.iter_mut()) {
+            acc.merge(&theirs.state(&all)?, &groups, total)?;
+        }
+        let times = other.max_time.take();
+        self.touch(&groups, times.as_deref(), total);
         Ok(())
     }
 

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 _OPTIONS = ("lateness", "retention", "emit_interval", "max_future", "event_time",
-            "on_error", "batch_size", "idle_timeout", "keep_checkpoints")
+            "on_error", "batch_size", "threads", "idle_timeout", "keep_checkpoints")
 _HOST = ("max_rows", "max_bytes", "max_interval", "compact", "spill_dir", "spill_bytes", "resume_from")
 
 KEY_METADATA = b"ubik.key"
