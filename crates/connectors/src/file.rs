@@ -165,8 +165,7 @@ impl Source for FileSource {
                 start = (nl + 1).min(cut);
             }
             // The chunk takes the buffer; the partial last line starts the next one.
-            let rest = self.pending[start..].to_vec();
-            self.pending.truncate(start);
+            let rest = self.pending.split_off(start);
             let data = std::mem::replace(&mut self.pending, rest);
             self.offset += data.len() as u64;
             self.line = line;

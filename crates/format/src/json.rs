@@ -103,36 +103,35 @@ impl JsonDecoder {
                 .map(|c| worker.decode_chunk(c))
                 .collect()
         };
-        let runs: Vec<Vec<Decoded>> = if threads == 1 {
-            vec![decode_run(&mut self.workers[0], 0)?]
-        } else {
-            let (first, rest) = self.workers[..threads].split_at_mut(1);
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = rest
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, worker)| scope.spawn(move || decode_run(worker, i + 1)))
-                    .collect();
-                let mut runs = vec![decode_run(&mut first[0], 0)?];
-                for h in handles {
-                    runs.push(h.join().map_err(|_| {
-                        crate::error::FormatError::Record(
-                            "internal error: a JSON decode thread panicked".into(),
-                        )
-                    })??);
-                }
-                Ok::<_, crate::error::FormatError>(runs)
-            })?
-        };
-        let mut parts = Vec::with_capacity(chunks.len());
+        let (first, rest) = self.workers[..threads].split_at_mut(1);
+        let decoded: Vec<Decoded> = std::thread::scope(|scope| {
+            let handles: Vec<_> = rest
+                .iter_mut()
+                .enumerate()
+                .map(|(i, worker)| scope.spawn(move || decode_run(worker, i + 1)))
+                .collect();
+            let mut runs = vec![decode_run(&mut first[0], 0)?];
+            for h in handles {
+                runs.push(h.join().map_err(|_| {
+                    crate::error::FormatError::Record(
+                        "internal error: a JSON decode thread panicked".into(),
+                    )
+                })??);
+            }
+            Ok::<_, crate::error::FormatError>(runs)
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
+        // Row -> record index only when some record was dropped (row i is record i otherwise).
+        let any_bad = decoded.iter().any(|d| !d.bad.is_empty());
+        let mut parts = Vec::with_capacity(decoded.len());
         let mut index = Vec::new();
         let mut bad = Vec::new();
-        let mut any_bad = false;
-        for (c, d) in runs.into_iter().flatten().enumerate() {
+        for (c, d) in decoded.into_iter().enumerate() {
             let base = c * CHUNK;
-            any_bad |= !d.bad.is_empty();
-            for r in 0..d.batch.num_rows() {
-                index.push((base + d.record_of(r)) as u32);
+            if any_bad {
+                index.extend((0..d.batch.num_rows()).map(|r| (base + d.record_of(r)) as u32));
             }
             bad.extend(d.bad.into_iter().map(|b| BadRecord {
                 index: b.index + base,
@@ -142,7 +141,7 @@ impl JsonDecoder {
         }
         Ok(Decoded {
             batch: concat_batches(&self.schema, &parts)?,
-            records: if any_bad { index } else { Vec::new() },
+            records: index,
             bad,
         })
     }

@@ -85,22 +85,15 @@ pub fn fold(lines: &[String]) -> std::collections::BTreeMap<String, String> {
 /// `amount`), as canonical changelog key -> value strings; the first two
 /// result columns are the key.
 pub fn oracle_changelog(path: &Path, sql: &str) -> std::collections::BTreeMap<String, String> {
-    use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use datafusion::prelude::{JsonReadOptions, SessionContext};
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     rt.block_on(async {
         let ctx = SessionContext::new();
-        let schema = Schema::new(vec![
-            Field::new("merchant", DataType::Utf8, true),
-            Field::new(
-                "ts",
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                true,
-            ),
-            Field::new("amount", DataType::Float64, true),
-        ]);
+        let schema =
+            ubik_format::schema::parse_column_list("merchant VARCHAR, ts TIMESTAMP, amount DOUBLE")
+                .unwrap();
         ctx.register_json(
             "orders",
             path.to_str().unwrap(),

@@ -259,10 +259,6 @@ impl WindowOperator {
             }
         };
         let (grid, eval, factory) = (self.grid, &self.eval, &self.factory);
-        if parts == 1 {
-            let (rejects, late) = fold_rows(grid, eval, factory, &mut self.open, &rows_of(0))?;
-            return Ok(vec![(0, rejects, late)]);
-        }
         let open = &mut self.open;
         let partials = &mut self.partials[..parts - 1];
         std::thread::scope(|scope| {
