@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # Runs every check and test of ubik: formatting, clippy, the Rust unit,
-# golden SQL, oracle-property and crash tests, the Kafka suite against a real
-# Apache Kafka broker, and the Python package's tests (pytest, pyarrow,
-# deltalake, DuckDB as the oracle). The broker and the Python environment are
-# installed and started by this script, idempotently.
+# golden SQL, oracle-property, crash and Kafka tests (against a real Apache
+# Kafka broker), and the Python package's tests (pytest, pyarrow, deltalake,
+# DuckDB as the oracle). The broker and the Python environment are installed
+# and started by this script, idempotently.
 #
-#   scripts/test.sh                          everything
+#   scripts/test.sh                               everything
 #   UBIK_TEST_SKIP=kafka,python scripts/test.sh   skip suites (comma-separated)
+#
+# One compilation serves everything: every cargo command selects the whole
+# workspace with the same features (so dependencies are built once, with one
+# feature set), clippy lints our crates while they compile for the tests
+# (it is their compiler, not a second `cargo check` of every dependency), and
+# the Python extension is that same build's library.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 skip() { [[ ",${UBIK_TEST_SKIP:-}," == *",$1,"* ]]; }
-step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)) "$*"; }
+
+WORKSPACE=(--workspace --features ubik-cli/broker-tests)
+# clippy-driver as the compiler of the workspace's own crates, with -D warnings.
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+export RUSTC_WORKSPACE_WRAPPER
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy -D warnings"
-cargo clippy --workspace --all-targets --features ubik-cli/broker-tests --quiet -- -D warnings
-
-step "cargo test: unit, golden SQL (.slt), oracle properties, CLI, crash/resume"
-cargo test --workspace --quiet
+step "build every target, linted by clippy -D warnings"
+cargo build "${WORKSPACE[@]}" --all-targets --quiet
 
 if ! skip kafka; then
   step "Kafka broker (Apache Kafka 4.x, KRaft, loopback)"
@@ -30,18 +40,16 @@ if ! skip kafka; then
   UBIK_TEST_KAFKA=$(testing/kafka/broker.sh address)
   export UBIK_TEST_KAFKA
   [[ -n $started_broker ]] && trap 'testing/kafka/broker.sh stop' EXIT
-  step "cargo test: Kafka round trip, crash suite, isolation, DLQ, broker restart, fencing"
-  # One at a time: one test restarts the broker.
-  cargo test -p ubik-cli --features broker-tests --test kafka --quiet -- --test-threads 1
 fi
 
+step "cargo test: unit, golden SQL (.slt), oracle properties, CLI, crash/resume, Kafka"
+cargo test "${WORKSPACE[@]}" --quiet
+
 if ! skip python; then
-  step "Python package: build (maturin develop) and pytest"
+  step "Python package: the extension from the same build, and pytest"
   PY=$(scripts/python-env.sh)
-  VENV=$(dirname "$(dirname "$PY")")
-  VIRTUAL_ENV=$VENV PATH="$VENV/bin:$PATH" maturin develop --quiet -m crates/python/Cargo.toml
+  scripts/python-dev-install.sh "$PY" target/debug
   UBIK_BIN=$PWD/target/debug/ubik "$PY" -m pytest python/tests -q -p no:cacheprovider
 fi
 
-echo
-echo "all tests passed"
+step "all tests passed"

@@ -14,14 +14,13 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::Parser;
 use ubik_engine::EngineError;
-use ubik_engine::connector::{ConnectorError, DeadLetterSink, Sink};
-use ubik_kafka::{KafkaDeadLetters, KafkaSink};
-use ubik_runtime::dead_letter::StderrDeadLetters;
 use ubik_runtime::runner::{RunEnd, RunOptions, run_to_sink};
-use ubik_runtime::{Pipeline, RuntimeError, SourceSpec, parse_source, plan_for};
+use ubik_runtime::{
+    Endpoint, ErrorClass, Opened, PipelineSpec, RuntimeError, SinkSpec, SourceSpec,
+};
 
 use args::{Cli, Command, ValidateArgs};
-use settings::{RunSettings, SinkSettings};
+use settings::RunSettings;
 
 /// Exit code for a query or configuration the user must fix.
 const EXIT_USAGE: u8 = 2;
@@ -55,85 +54,51 @@ fn init_logging(filter: &str) {
 
 /// 2 for anything the user must fix in the query or configuration, 1 otherwise.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    let engine = |e: &EngineError| {
-        matches!(
-            e,
-            EngineError::Sql { .. } | EngineError::Unsupported { .. } | EngineError::Schema(_)
-        )
-    };
-    for cause in e.chain() {
+    let class = e.chain().find_map(|cause| {
         if let Some(r) = cause.downcast_ref::<RuntimeError>() {
-            return match r {
-                RuntimeError::Config(_) | RuntimeError::Format(_) => EXIT_USAGE,
-                RuntimeError::Engine(e) if engine(e) => EXIT_USAGE,
-                _ => 1,
-            };
+            return Some(r.class());
         }
         if let Some(e) = cause.downcast_ref::<EngineError>() {
-            return if engine(e) { EXIT_USAGE } else { 1 };
+            return Some(ErrorClass::of_engine(e));
         }
-        if cause.downcast_ref::<ubik_format::FormatError>().is_some() {
-            return EXIT_USAGE;
-        }
+        cause
+            .downcast_ref::<ubik_format::FormatError>()
+            .map(|_| ErrorClass::Schema)
+    });
+    if class.is_some_and(ErrorClass::is_usage) {
+        EXIT_USAGE
+    } else {
+        1
     }
-    1
-}
-
-fn open_sink(
-    sink: &SinkSettings,
-    properties: &std::collections::BTreeMap<String, String>,
-    pipeline: &Pipeline,
-) -> Result<Box<dyn Sink>> {
-    Ok(match sink {
-        SinkSettings::Stdout => Box::new(ubik_connectors::StdoutSink::default()),
-        SinkSettings::Kafka { url, emit } => {
-            // Stable across restarts of the same pipeline, so a restarted (or
-            // second) instance fences the previous one.
-            let transactional_id = format!("ubik-{}", pipeline.fingerprint());
-            Box::new(
-                KafkaSink::open(
-                    url,
-                    properties,
-                    *emit,
-                    Some(&transactional_id),
-                    matches!(
-                        pipeline.plan().kind,
-                        ubik_engine::plan::QueryKind::Aggregate(_)
-                    ),
-                )
-                .map_err(ConnectorError::from)?,
-            )
-        }
-    })
 }
 
 fn run(settings: RunSettings) -> Result<()> {
     let RunSettings {
-        config,
-        sink: sink_settings,
-        dlq,
-        kafka_properties,
+        spec,
         metrics: metrics_addr,
         quiet,
     } = settings;
-    let total_bytes = match &config.source {
-        SourceSpec::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+    let total_bytes = match spec.sources.first().map(|s| &s.endpoint) {
+        Some(Endpoint::File(p)) => std::fs::metadata(p).ok().map(|m| m.len()),
         _ => None,
     };
-    let checkpoint = config.checkpoint.clone();
-    let dead_letters: Box<dyn DeadLetterSink> = match &dlq {
-        Some(url) => {
-            Box::new(KafkaDeadLetters::open(url, &kafka_properties).map_err(ConnectorError::from)?)
-        }
-        None => Box::new(StderrDeadLetters),
+    let checkpointed = spec.checkpoint.is_some();
+    let commit_interval = if checkpointed {
+        spec.settings.checkpoint_interval
+    } else {
+        Duration::from_secs(1)
     };
+    let commit_records = spec.settings.checkpoint_every;
+    let to_kafka = matches!(spec.sink, SinkSpec::Kafka(_));
     let metrics = metrics::Metrics::default();
     if let Some(addr) = &metrics_addr {
         metrics.serve(addr)?;
     }
-    let mut pipeline = Pipeline::open_with(config, dead_letters)?;
-    let mut sink = open_sink(&sink_settings, &kafka_properties, &pipeline)?;
-    if matches!(sink_settings, SinkSettings::Kafka { .. }) && checkpoint.is_none() {
+    let Opened {
+        mut pipeline,
+        mut sink,
+    } = ubik_runtime::open(spec)?;
+    if to_kafka && !checkpointed {
         tracing::warn!("no --checkpoint: a restart reprocesses the input from its start offsets");
     }
     tracing::info!(
@@ -159,10 +124,8 @@ fn run(settings: RunSettings) -> Result<()> {
         &mut pipeline,
         sink.as_mut(),
         RunOptions {
-            commit_interval: checkpoint
-                .as_ref()
-                .map_or(Duration::from_secs(1), |c| c.interval),
-            commit_records: checkpoint.as_ref().and_then(|c| c.every_records),
+            commit_interval,
+            commit_records,
             stop: &stop,
             report: &mut report,
             report_every: Duration::from_secs(
@@ -185,43 +148,22 @@ fn run(settings: RunSettings) -> Result<()> {
 fn validate(args: ValidateArgs) -> Result<()> {
     let file = settings::load_file(&args.query)?;
     let sql = settings::resolve_sql(&args.query, &file)?;
-    let options = settings::query_options(&args.query, &file)?;
-    let declared =
-        settings::resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
-    let tables = ubik_engine::sql::referenced_tables(&sql);
+    let schema = settings::resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
     let from = args.from.clone().or(file.from.clone());
-    // The schema: declared, or the source's own / inferred from a sample.
-    let (table, schema) = match (declared, from) {
-        (Some(schema), from) => {
-            let table = match (&from, tables.as_slice()) {
-                (Some(url), _) if url.starts_with("kafka://") || url.starts_with("webhook://") => {
-                    url.rsplit('/')
-                        .next()
-                        .unwrap_or_default()
-                        .split('?')
-                        .next()
-                        .unwrap_or_default()
-                        .to_string()
-                }
-                (_, [one]) => one.clone(),
-                _ => tables.first().cloned().unwrap_or_else(|| "input".into()),
-            };
-            (table, schema)
-        }
-        (None, Some(url)) => {
-            let mut config = ubik_runtime::PipelineConfig::new(sql.clone(), parse_source(&url)?);
-            config.options = options.clone();
-            let pipeline = Pipeline::open(config)?;
-            let table = pipeline.plan().source.name.clone();
-            (table, Arc::clone(pipeline.schema()))
-        }
-        (None, None) => {
-            return Err(anyhow!(
-                "validate needs the input schema: --schema \"col TYPE, ...\" (or @schema.json), or --from URL to read it from the source"
-            ));
-        }
+    if schema.is_none() && from.is_none() {
+        return Err(anyhow!(
+            "validate needs the input schema: --schema \"col TYPE, ...\" (or @schema.json), or --from URL to read it from the source"
+        ));
+    }
+    // Without a source the schema stands alone: the table is the one the query reads.
+    let mut source = match &from {
+        Some(url) => SourceSpec::parse(url)?,
+        None => SourceSpec::new(Endpoint::Stdin),
     };
-    let plan = plan_for(&sql, &table, schema, options)?;
+    source.schema = schema;
+    let mut spec = PipelineSpec::new(sql, source);
+    spec.settings = settings::query_settings(&args.query, &file)?;
+    let plan = ubik_runtime::validate(spec)?;
     if args.json {
         let fields: Vec<serde_json::Value> = plan
             .output_schema

@@ -1,47 +1,24 @@
-//! Flags and the pipeline file merged (flags win) and validated into the
-//! runtime's configuration, before anything is opened.
+//! Flags and the pipeline file merged (flags win) into the runtime's
+//! [`PipelineSpec`], validated before anything is opened. Every named
+//! setting goes through the runtime's one options layer ([`Settings::set`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use arrow::datatypes::SchemaRef;
-use ubik_engine::QueryOptions;
-use ubik_engine::time::parse_duration;
 use ubik_format::schema::{parse_column_list, parse_json_schema};
-use ubik_kafka::EmitMode;
-use ubik_runtime::config::check_sink_url;
-use ubik_runtime::{CheckpointConfig, ErrorPolicy, PipelineConfig, parse_source};
+use ubik_runtime::{DeadLetterSpec, PipelineSpec, Settings, SinkSpec, SourceSpec};
 
 use crate::args::{QueryArgs, RunArgs};
 use crate::pipeline_file::PipelineFile;
 
-#[derive(Debug)]
-pub enum SinkSettings {
-    Stdout,
-    Kafka { url: String, emit: EmitMode },
-}
-
+/// What `ubik run` does: the pipeline, plus the CLI's own reporting.
 #[derive(Debug)]
 pub struct RunSettings {
-    pub config: PipelineConfig,
-    pub sink: SinkSettings,
-    pub dlq: Option<String>,
-    pub kafka_properties: BTreeMap<String, String>,
+    pub spec: PipelineSpec,
     pub metrics: Option<String>,
     pub quiet: bool,
-}
-
-fn duration(name: &str, text: &str) -> Result<Duration> {
-    let us = parse_duration(text).ok_or_else(|| {
-        anyhow!("--{name} {text:?} is not a duration; use e.g. 500ms, 5s, 10m, 1h, 1d")
-    })?;
-    Ok(Duration::from_micros(us.max(0) as u64))
-}
-
-fn micros(name: &str, text: &str) -> Result<i64> {
-    Ok(duration(name, text)?.as_micros() as i64)
 }
 
 /// Loads `-f`: a pipeline file when it ends in `.toml`, else a SQL file.
@@ -80,28 +57,44 @@ pub fn resolve_schema(text: Option<&str>) -> Result<Option<SchemaRef>> {
     Ok(Some(parse_column_list(text)?))
 }
 
-pub fn query_options(query: &QueryArgs, file: &PipelineFile) -> Result<QueryOptions> {
-    let mut o = QueryOptions::default();
-    if let Some(v) = query.lateness.as_ref().or(file.lateness.as_ref()) {
-        o.lateness_us = micros("lateness", v)?;
-    }
-    if let Some(v) = query.retention.as_ref().or(file.retention.as_ref()) {
-        o.retention_us = micros("retention", v)?;
-    }
-    if let Some(v) = query.emit_interval.as_ref().or(file.emit_interval.as_ref()) {
-        o.emit_interval_us = micros("emit-interval", v)?.max(1);
-    }
-    if let Some(v) = query.max_future.as_ref().or(file.max_future.as_ref()) {
-        o.max_future_us = micros("max-future", v)?;
-    }
-    o.event_time = query.event_time.clone().or(file.event_time.clone());
-    if let Some(n) = query.threads.or(file.threads) {
-        if n == 0 {
-            bail!("--threads must be at least 1 (omit it for one per core)");
+/// Sets each named setting given by a flag or, failing that, the file.
+fn apply(settings: &mut Settings, pairs: &[(&str, Option<String>, Option<String>)]) -> Result<()> {
+    for (name, flag, file) in pairs {
+        if let Some(v) = flag.as_ref().or(file.as_ref()) {
+            settings.set(name, v)?;
         }
-        o.threads = n;
     }
-    Ok(o)
+    Ok(())
+}
+
+/// The query settings, shared by `run` and `validate`.
+pub fn query_settings(query: &QueryArgs, file: &PipelineFile) -> Result<Settings> {
+    let mut s = Settings::default();
+    let n = |v: Option<usize>| v.map(|n| n.to_string());
+    apply(
+        &mut s,
+        &[
+            ("lateness", query.lateness.clone(), file.lateness.clone()),
+            ("retention", query.retention.clone(), file.retention.clone()),
+            (
+                "emit_interval",
+                query.emit_interval.clone(),
+                file.emit_interval.clone(),
+            ),
+            (
+                "max_future",
+                query.max_future.clone(),
+                file.max_future.clone(),
+            ),
+            (
+                "event_time",
+                query.event_time.clone(),
+                file.event_time.clone(),
+            ),
+            ("threads", n(query.threads), n(file.threads)),
+        ],
+    )?;
+    Ok(s)
 }
 
 fn read_properties(path: &PathBuf) -> Result<BTreeMap<String, String>> {
@@ -149,80 +142,63 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
         .clone()
         .or(file.from.clone())
         .ok_or_else(|| anyhow!("no source: pass --from kafka://host:port/topic (or webhook://, file://, -, demo://orders)"))?;
-    let mut source = parse_source(&from)?;
-    let schema = resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
-    let options = query_options(&args.query, &file)?;
+    let mut source = SourceSpec::parse(&from)?;
+    source.table = args.table.clone().or(file.table.clone());
+    source.schema = resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
 
-    let kafka_properties = kafka_properties(&args, &file)?;
-    if let ubik_runtime::SourceSpec::Kafka { properties, .. } = &mut source {
-        *properties = kafka_properties.clone();
-    }
-    let mut config = PipelineConfig::new(sql, source);
-    config.table = args.table.clone().or(file.table.clone());
-    config.schema = schema;
-    config.options = options;
-    if let Some(p) = args.on_error.as_deref().or(file.on_error.as_deref()) {
-        config.on_error = ErrorPolicy::parse(p)?;
-    }
-    if let Some(n) = args.batch_size.or(file.batch_size) {
-        if n == 0 {
-            bail!("--batch-size must be positive");
-        }
-        config.batch_size = n;
-    }
-    if let Some(t) = args.idle_timeout.as_ref().or(file.idle_timeout.as_ref()) {
-        let d = duration("idle-timeout", t)?;
-        config.idle_timeout = (!d.is_zero()).then_some(d);
-    }
-    let checkpoint_dir = args
+    let mut settings = query_settings(&args.query, &file)?;
+    let n = |v: Option<usize>| v.map(|n| n.to_string());
+    let n64 = |v: Option<u64>| v.map(|n| n.to_string());
+    apply(
+        &mut settings,
+        &[
+            ("on_error", args.on_error.clone(), file.on_error.clone()),
+            ("batch_size", n(args.batch_size), n(file.batch_size)),
+            (
+                "idle_timeout",
+                args.idle_timeout.clone(),
+                file.idle_timeout.clone(),
+            ),
+            (
+                "checkpoint_interval",
+                args.checkpoint_interval.clone(),
+                file.checkpoint_interval.clone(),
+            ),
+            (
+                "checkpoint_every",
+                n64(args.checkpoint_every),
+                n64(file.checkpoint_every),
+            ),
+            ("emit", args.emit.clone(), file.emit.clone()),
+        ],
+    )?;
+
+    let mut spec = PipelineSpec::new(sql, source);
+    spec.checkpoint = args
         .checkpoint
         .clone()
         .or(file.checkpoint.as_ref().map(PathBuf::from));
-    if let Some(dir) = checkpoint_dir {
-        let mut ck = CheckpointConfig::new(dir);
-        if let Some(i) = args
-            .checkpoint_interval
-            .as_ref()
-            .or(file.checkpoint_interval.as_ref())
-        {
-            ck.interval = duration("checkpoint-interval", i)?;
-        }
-        ck.every_records = args.checkpoint_every.or(file.checkpoint_every);
-        config.checkpoint = Some(ck);
-    } else if args.checkpoint_interval.is_some() || args.checkpoint_every.is_some() {
+    if spec.checkpoint.is_none()
+        && (args.checkpoint_interval.is_some() || args.checkpoint_every.is_some())
+    {
         bail!("--checkpoint-interval/--checkpoint-every need --checkpoint DIR");
     }
-
-    let emit = match args.emit.as_deref().or(file.emit.as_deref()) {
-        None | Some("transactional") => EmitMode::Transactional,
-        Some("idempotent") => EmitMode::Idempotent,
-        Some(other) => bail!("--emit {other:?} is not one of transactional, idempotent"),
-    };
-    let sink = match args.to.clone().or(file.to.clone()) {
+    spec.sink = match args.to.clone().or(file.to.clone()) {
         None => {
             if args.emit.is_some() {
                 bail!("--emit applies to --to kafka://...; stdout has no emit modes");
             }
-            SinkSettings::Stdout
+            SinkSpec::Stdout
         }
-        Some(url) => {
-            check_sink_url(&url)?;
-            SinkSettings::Kafka { url, emit }
-        }
+        Some(url) => SinkSpec::parse(&url)?,
     };
-    let dlq = args
-        .dlq
-        .clone()
-        .or(file.dlq.clone())
-        .filter(|d| d != "stderr");
-    if let Some(d) = dlq.as_ref().filter(|d| !d.starts_with("kafka://")) {
-        bail!("--dlq {d:?}: dead letters go to kafka://host:port/topic or stderr");
+    if let Some(d) = args.dlq.clone().or(file.dlq.clone()) {
+        spec.dead_letters = DeadLetterSpec::parse(&d)?;
     }
+    spec.settings = settings;
+    spec.kafka = kafka_properties(&args, &file)?;
     Ok(RunSettings {
-        config,
-        sink,
-        dlq,
-        kafka_properties,
+        spec,
         metrics: args.metrics.clone().or(file.metrics.clone()),
         quiet: args.quiet,
     })

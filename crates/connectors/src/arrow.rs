@@ -9,7 +9,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatchReader;
 use serde_json::json;
-use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 pub struct ArrowSource {
     table: String,

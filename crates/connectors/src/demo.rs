@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde_json::json;
-use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
-use ubik_engine::time::write_rfc3339_micros;
+use ubik_connector::time::write_rfc3339_micros;
+use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 /// 2026-01-01T00:00:00Z in milliseconds.
 const START_MS: i64 = 1_767_225_600_000;
@@ -204,7 +204,7 @@ impl Source for DemoSource {
         self.next = upto;
         Ok(SourceEvent::Chunk(Chunk {
             partition: 0,
-            payload: Payload::Json { data, spans },
+            payload: Payload::Bytes { data, spans },
             positions,
             position_name: "record",
         }))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::read_ahead::ReadAhead;
 
 use serde_json::json;
-use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 /// Bytes read per poll: large enough to amortise decoding, small enough to
 /// keep latency and memory low.
@@ -174,7 +174,7 @@ impl Source for FileSource {
             }
             return Ok(SourceEvent::Chunk(Chunk {
                 partition: 0,
-                payload: Payload::Json { data, spans },
+                payload: Payload::Bytes { data, spans },
                 positions,
                 position_name: "line",
             }));

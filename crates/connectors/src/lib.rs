@@ -3,7 +3,7 @@
 //! Transports that need no client library: JSON-lines files, stdin, the
 //! deterministic `demo://orders` generator, in-process Arrow, and the stdout sink. Kafka and
 //! webhooks live in their own crates. All of them implement the
-//! [`ubik_engine::connector`] traits and carry bytes only; decoding is the
+//! [`ubik_connector`] traits and carry bytes only; decoding is the
 //! format layer's job.
 
 pub mod arrow;

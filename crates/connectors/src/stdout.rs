@@ -2,7 +2,7 @@
 
 use std::io::{BufWriter, Stdout, Write};
 
-use ubik_engine::connector::{ConnectorError, Sink, SinkRecord};
+use ubik_connector::{ConnectorError, Sink, SinkRecord};
 
 pub struct StdoutSink {
     out: BufWriter<Stdout>,

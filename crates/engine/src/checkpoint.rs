@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 use crate::operator::OperatorSnapshot;
 use crate::progress::Progress;
+use crate::state::StateEntry;
 
 const MAGIC: &[u8; 8] = b"UBIKQS01";
 /// Bumped whenever the layout of operator state changes.
@@ -36,14 +37,14 @@ struct Header {
 impl QuerySnapshot {
     pub fn encode(&self) -> Result<Vec<u8>> {
         let mut blobs = Vec::with_capacity(self.operator.batches.len());
-        for (name, batch) in &self.operator.batches {
+        for (entry, batch) in &self.operator.batches {
             let mut buf = Vec::new();
             {
                 let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
                 w.write(batch)?;
                 w.finish()?;
             }
-            blobs.push((name.clone(), buf));
+            blobs.push((entry.name(), buf));
         }
         let header = Header {
             format: STATE_FORMAT_VERSION,
@@ -94,7 +95,7 @@ impl QuerySnapshot {
             pos += blen as usize;
             let mut reader = StreamReader::try_new(Cursor::new(blob), None)?;
             let batch: RecordBatch = reader.next().ok_or_else(|| bad("empty entry"))??;
-            batches.push((name, batch));
+            batches.push((StateEntry::parse(&name)?, batch));
         }
         Ok(QuerySnapshot {
             progress: header.progress,

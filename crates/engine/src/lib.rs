@@ -8,7 +8,6 @@
 
 pub mod accumulate;
 pub mod checkpoint;
-pub mod connector;
 pub mod error;
 pub mod operator;
 pub mod plan;

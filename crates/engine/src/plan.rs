@@ -184,6 +184,13 @@ impl QueryPlan {
             .collect()
     }
 
+    /// Whether the result is an upsert changelog keyed by [`Self::key_columns`]
+    /// (an aggregation), as opposed to append-only rows (a pass-through, whose
+    /// Kafka records carry no key).
+    pub fn is_keyed(&self) -> bool {
+        matches!(self.kind, QueryKind::Aggregate(_))
+    }
+
     pub fn window(&self) -> Option<WindowSpec> {
         match &self.kind {
             QueryKind::Aggregate(a) => a.window,

@@ -14,13 +14,13 @@
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::datatypes::*;
-use ubik_engine::ChangeBatch;
-use ubik_engine::time::{civil_from_days, write_rfc3339_micros};
+use ubik_connector::ChangeBatch;
+use ubik_connector::time::{civil_from_days, write_rfc3339_micros};
 
 use crate::error::Result;
 
 /// One encoded changelog record, borrowed from the encoder's buffers.
-pub use ubik_engine::connector::SinkRecord as Record;
+pub use ubik_connector::SinkRecord as Record;
 
 pub struct ChangelogEncoder {
     /// `"name":` per column, escaped once.

@@ -19,37 +19,9 @@ use arrow::datatypes::{
 };
 use arrow::json::reader::{Decoder, ReaderBuilder};
 
+use crate::decoder::{BadRecord, Decoded, RecordDecoder};
 use crate::error::Result;
 use crate::timestamp::parse_timestamp_micros;
-
-/// A record that could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadRecord {
-    /// Index of the record in the slice given to [`JsonDecoder::decode`].
-    pub index: usize,
-    pub message: String,
-}
-
-/// The result of decoding a chunk of records.
-#[derive(Debug)]
-pub struct Decoded {
-    /// One row per good record, in order, in the target schema.
-    pub batch: RecordBatch,
-    /// Record index of each row; empty when every record was good (row i is record i).
-    pub records: Vec<u32>,
-    pub bad: Vec<BadRecord>,
-}
-
-impl Decoded {
-    /// The record index of row `row`.
-    pub fn record_of(&self, row: usize) -> usize {
-        if self.records.is_empty() {
-            row
-        } else {
-            self.records[row] as usize
-        }
-    }
-}
 
 /// Records decoded per tape; arrow-json preallocates for this many.
 const CHUNK: usize = 8192;
@@ -144,6 +116,16 @@ impl JsonDecoder {
             records: index,
             bad,
         })
+    }
+}
+
+impl RecordDecoder for JsonDecoder {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded> {
+        JsonDecoder::decode(self, records)
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! Formats, separate from transports: bytes in, Arrow out, and back.
 //!
+//! - [`decoder`]: the [`RecordDecoder`] trait and the [`Format`] a source
+//!   names to pick one.
 //! - [`json`]: JSON records (NDJSON lines, Kafka messages, webhook events)
 //!   decoded straight into Arrow columns, with per-record error reporting.
 //! - [`changelog`]: result rows encoded as canonical JSON key/value pairs.
@@ -10,9 +12,11 @@
 //! - [`timestamp`]: the fast RFC 3339 / epoch-millis parser.
 
 pub mod changelog;
+pub mod decoder;
 pub mod error;
 pub mod json;
 pub mod schema;
 pub mod timestamp;
 
+pub use decoder::{BadRecord, Decoded, Format, RecordDecoder};
 pub use error::{FormatError, Result};

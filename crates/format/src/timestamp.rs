@@ -1,6 +1,6 @@
 //! Timestamps in input records: RFC 3339 strings (`2026-11-29T15:01:00.123Z`,
 //! with an offset, a space for `T`, or a date alone) or epoch milliseconds
-//! (a JSON number or a digit string). The parser lives in the engine's time
-//! module (the Kafka connector parses start/end bounds with it too).
+//! (a JSON number or a digit string). The parser lives in
+//! `ubik_connector::time` (the Kafka connector parses start/end bounds with it too).
 
-pub use ubik_engine::time::parse_timestamp_micros;
+pub use ubik_connector::time::parse_timestamp_micros;

@@ -57,7 +57,7 @@ pub struct KafkaUrl {
 
 fn parse_time(value: &str) -> Result<i64, Error> {
     // RFC 3339 via the same rules as event times (µs) -> ms.
-    let us = ubik_engine::time::parse_rfc3339(value).ok_or_else(|| {
+    let us = ubik_connector::time::parse_rfc3339(value).ok_or_else(|| {
         Error::Config(format!(
             "{value:?} is not latest/earliest or an RFC 3339 time"
         ))

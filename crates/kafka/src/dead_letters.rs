@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::producer::{BaseRecord, Producer};
-use ubik_engine::connector::{ConnectorError, DeadLetter, DeadLetterSink};
+use ubik_connector::{ConnectorError, DeadLetter, DeadLetterSink};
 
 use crate::admin::ensure_topic;
 use crate::config::{EmitMode, KafkaUrl};

@@ -1,7 +1,7 @@
 //! Errors of the Kafka connector.
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use ubik_engine::connector::ConnectorError;
+use ubik_connector::ConnectorError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -10,7 +10,7 @@ use rdkafka::message::{DeliveryResult, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use tracing::{info, warn};
-use ubik_engine::connector::{ConnectorError, Sink, SinkRecord};
+use ubik_connector::{ConnectorError, Sink, SinkRecord};
 
 use crate::admin::ensure_topic;
 use crate::config::{EmitMode, KafkaUrl};

@@ -11,7 +11,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use serde_json::json;
 use tracing::warn;
-use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 use crate::admin::{METADATA_TIMEOUT, partitions};
 use crate::config::{Bound, KafkaUrl};
@@ -299,7 +299,7 @@ impl Source for KafkaSource {
             self.next.insert(p, last as i64 + 1);
             return Ok(SourceEvent::Chunk(Chunk {
                 partition: p as u32,
-                payload: Payload::Json {
+                payload: Payload::Bytes {
                     data: b.data,
                     spans: b.spans,
                 },

@@ -3,9 +3,9 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use ubik_connector::ConnectorError;
 use ubik_engine::EngineError;
-use ubik_engine::connector::ConnectorError;
-use ubik_runtime::RuntimeError;
+use ubik_runtime::{ErrorClass, RuntimeError};
 
 create_exception!(
     _ubik,
@@ -119,21 +119,35 @@ fn engine(py: Python<'_>, e: &EngineError) -> PyErr {
                 ),
             ],
         ),
-        EngineError::Schema(_) => SchemaError::new_err(e.to_string()),
-        EngineError::Checkpoint(_) => CheckpointError::new_err(e.to_string()),
-        _ => UbikError::new_err(e.to_string()),
+        _ => match ErrorClass::of_engine(e) {
+            ErrorClass::Schema => SchemaError::new_err(e.to_string()),
+            ErrorClass::Checkpoint => CheckpointError::new_err(e.to_string()),
+            _ => UbikError::new_err(e.to_string()),
+        },
     }
 }
 
-/// Maps a runtime error to the matching Python exception.
+/// Maps a runtime error to the matching Python exception, by the runtime's
+/// one classification (the CLI's exit codes come from the same).
 pub fn to_py(py: Python<'_>, e: RuntimeError) -> PyErr {
-    match &e {
-        RuntimeError::Engine(inner) => engine(py, inner),
-        RuntimeError::Format(f) => SchemaError::new_err(f.to_string()),
-        RuntimeError::Connector(ConnectorError::Config(m)) => SourceError::new_err(m.clone()),
-        RuntimeError::Connector(_) | RuntimeError::Io(_) => SourceError::new_err(e.to_string()),
-        RuntimeError::Config(m) => SourceError::new_err(m.clone()),
-        RuntimeError::BadRecord(m) => DecodeError::new_err(m.clone()),
-        RuntimeError::Checkpoint(_) => CheckpointError::new_err(e.to_string()),
+    if let RuntimeError::Engine(inner) = &e {
+        return engine(py, inner);
+    }
+    let message = match &e {
+        RuntimeError::Config(m)
+        | RuntimeError::BadRecord(m)
+        | RuntimeError::Connector(ConnectorError::Config(m)) => m.clone(),
+        other => other.to_string(),
+    };
+    match e.class() {
+        ErrorClass::Sql => SqlError::new_err(message),
+        ErrorClass::Unsupported => UnsupportedQueryError::new_err(message),
+        ErrorClass::Schema => SchemaError::new_err(message),
+        ErrorClass::Config | ErrorClass::Connector | ErrorClass::Fenced => {
+            SourceError::new_err(message)
+        }
+        ErrorClass::Decode => DecodeError::new_err(message),
+        ErrorClass::Checkpoint => CheckpointError::new_err(message),
+        ErrorClass::Internal => UbikError::new_err(message),
     }
 }

@@ -14,6 +14,12 @@ fn _ubik(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(session::validate, m)?)?;
     m.add_class::<session::Session>()?;
+    // The keyword arguments that are settings: the runtime's one list.
+    let names: Vec<&str> = ubik_runtime::settings::SETTINGS
+        .iter()
+        .map(|(name, _, _)| *name)
+        .collect();
+    m.add("SETTINGS", names)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

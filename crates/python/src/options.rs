@@ -8,11 +8,11 @@ use arrow::datatypes::{Schema, SchemaRef};
 use arrow_pyarrow::FromPyArrow;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
-use ubik_engine::QueryOptions;
+use pyo3::types::{PyBool, PyDict, PyString};
 use ubik_format::schema::parse_column_list;
+use ubik_runtime::Settings;
 use ubik_runtime::host::HostOptions;
-use ubik_runtime::{CheckpointConfig, ErrorPolicy, PipelineConfig};
+use ubik_runtime::settings::SettingKind;
 
 use crate::errors::SchemaError;
 
@@ -90,60 +90,45 @@ fn get<'py>(d: Option<&Bound<'py, PyDict>>, k: &str) -> PyResult<Option<Bound<'p
     }
 }
 
-/// Query semantics from keyword arguments.
-pub fn query_options(d: Option<&Bound<'_, PyDict>>) -> PyResult<QueryOptions> {
-    let mut o = QueryOptions::default();
-    let us = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<i64> {
-        Ok(duration(v, what)?.as_micros() as i64)
-    };
-    if let Some(v) = get(d, "lateness")? {
-        o.lateness_us = us(&v, "lateness")?;
+/// A keyword argument as the text the options layer parses: durations may
+/// be seconds or a `timedelta` as well as text like "5s".
+fn setting_text(name: &str, kind: SettingKind, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(s.to_cow()?.into_owned());
     }
-    if let Some(v) = get(d, "retention")? {
-        o.retention_us = us(&v, "retention")?;
+    match kind {
+        SettingKind::Duration => Ok(format!("{}us", duration(v, name)?.as_micros())),
+        SettingKind::Count => {
+            if v.is_instance_of::<PyBool>() {
+                return Err(PyTypeError::new_err(format!(
+                    "{name} must be a whole number"
+                )));
+            }
+            let n: i64 = v
+                .extract()
+                .map_err(|_| PyTypeError::new_err(format!("{name} must be a whole number")))?;
+            Ok(n.to_string())
+        }
+        SettingKind::Text => Err(PyTypeError::new_err(format!("{name} must be a string"))),
     }
-    if let Some(v) = get(d, "emit_interval")? {
-        o.emit_interval_us = us(&v, "emit_interval")?.max(1);
-    }
-    if let Some(v) = get(d, "max_future")? {
-        o.max_future_us = us(&v, "max_future")?;
-    }
-    if let Some(v) = get(d, "event_time")? {
-        o.event_time = Some(v.extract()?);
-    }
-    if let Some(v) = get(d, "threads")? {
-        o.threads = v.extract::<usize>()?;
-    }
-    Ok(o)
 }
 
-/// Runtime settings (error policy, batch size, idle close, checkpoints).
-pub fn apply_runtime(
-    config: &mut PipelineConfig,
-    d: Option<&Bound<'_, PyDict>>,
-    checkpoint: Option<PathBuf>,
-) -> PyResult<()> {
-    if let Some(v) = get(d, "on_error")? {
-        let p: String = v.extract()?;
-        config.on_error =
-            ErrorPolicy::parse(&p).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    }
-    if let Some(v) = get(d, "batch_size")? {
-        config.batch_size = v.extract::<usize>()?.max(1);
-    }
-    if let Some(v) = get(d, "idle_timeout")? {
-        let t = duration(&v, "idle_timeout")?;
-        config.idle_timeout = (!t.is_zero()).then_some(t);
-    }
-    if let Some(dir) = checkpoint {
-        let mut ck = CheckpointConfig::new(dir);
-        ck.keep = 5;
-        if let Some(v) = get(d, "keep_checkpoints")? {
-            ck.keep = v.extract::<usize>()?.max(1);
+/// Settings from keyword arguments, through the runtime's one options layer.
+pub fn settings(d: Option<&Bound<'_, PyDict>>) -> PyResult<Settings> {
+    let mut s = Settings::default();
+    let Some(d) = d else { return Ok(s) };
+    for (k, v) in d.iter() {
+        if v.is_none() {
+            continue;
         }
-        config.checkpoint = Some(ck);
+        let name: String = k.extract()?;
+        let kind = Settings::kind(&name)
+            .ok_or_else(|| PyTypeError::new_err(format!("unexpected keyword argument {name:?}")))?;
+        let text = setting_text(&name, kind, &v)?;
+        s.set(&name, &text)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
     }
-    Ok(())
+    Ok(s)
 }
 
 /// Batching options of the Arrow leg.

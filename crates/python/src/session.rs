@@ -8,19 +8,12 @@ use arrow::ffi_stream::ArrowArrayStreamReader;
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use ubik_runtime::connect::{plan, table_name};
 use ubik_runtime::host::{HostPipeline, host_schema};
-use ubik_runtime::{PipelineConfig, SourceSpec, parse_source, plan_for};
+use ubik_runtime::{Endpoint, PipelineSpec, SourceSpec};
 
 use crate::errors::{SchemaError, SourceError, to_py};
-use crate::options::{apply_runtime, host_options, query_options, resolve_schema};
-
-/// The one table a query reads, if it names exactly one.
-fn single_table(sql: &str) -> Option<String> {
-    match ubik_engine::sql::referenced_tables(sql).as_slice() {
-        [one] => Some(one.clone()),
-        _ => None,
-    }
-}
+use crate::options::{host_options, resolve_schema, settings};
 
 /// Plans `sql` and returns (result schema, key columns, kind) without
 /// reading any row.
@@ -33,17 +26,24 @@ pub fn validate<'py>(
     table: Option<String>,
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<(Bound<'py, PyAny>, Vec<String>, String)> {
-    let referenced = single_table(sql);
-    let wanted = table.clone().or(referenced.clone());
+    let wanted = table.or_else(|| single_table(sql));
     let (named, schema) = resolve_schema(Some(schema), wanted.as_deref())?
         .ok_or_else(|| SchemaError::new_err("validate needs the input schema"))?;
-    let table = wanted.or(named).unwrap_or_else(|| "input".into());
-    let options = query_options(options)?;
+    let table = table_name(wanted.or(named).as_deref(), None, sql, "input");
+    let settings = settings(options)?;
     let plan = py
-        .detach(|| plan_for(sql, &table, schema, options))
+        .detach(|| plan(sql, &[(table, schema)], settings.query))
         .map_err(|e| to_py(py, e))?;
     let keys = plan.key_names().iter().map(|s| s.to_string()).collect();
     Ok((host_schema(&plan).to_pyarrow(py)?, keys, plan.kind_name()))
+}
+
+/// The one table a query reads, if it names exactly one.
+fn single_table(sql: &str) -> Option<String> {
+    match ubik_engine::sql::referenced_tables(sql).as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
 }
 
 /// A running pipeline feeding this Python process.
@@ -88,14 +88,8 @@ impl Session {
     ) -> PyResult<Self> {
         let table = table.or_else(|| single_table(&sql));
         let declared = resolve_schema(schema, table.as_deref())?;
-        let spec = if let Ok(url) = source.cast::<PyString>() {
-            let mut spec = parse_source(&url.to_cow()?).map_err(|e| to_py(py, e))?;
-            if let (SourceSpec::Kafka { properties, .. }, Some(k)) = (&mut spec, kafka) {
-                for (key, value) in k.iter() {
-                    properties.insert(key.extract()?, value.str()?.to_string());
-                }
-            }
-            spec
+        let mut source = if let Ok(url) = source.cast::<PyString>() {
+            SourceSpec::parse(&url.to_cow()?).map_err(|e| to_py(py, e))?
         } else {
             let reader = ArrowArrayStreamReader::from_pyarrow_bound(source).map_err(|e| {
                 SourceError::new_err(format!(
@@ -103,19 +97,23 @@ impl Session {
                 ))
             })?;
             let name = table.clone().unwrap_or_else(|| "input".into());
-            SourceSpec::Provided(Box::new(ubik_connectors::ArrowSource::new(
-                &name,
-                Box::new(reader),
+            SourceSpec::new(Endpoint::Provided(Box::new(
+                ubik_connectors::ArrowSource::new(&name, Box::new(reader)),
             )))
         };
-        let mut config = PipelineConfig::new(sql, spec);
-        config.table = table;
-        config.schema = declared.map(|(_, s)| s);
-        config.options = query_options(options)?;
-        apply_runtime(&mut config, options, checkpoint)?;
+        source.table = table;
+        source.schema = declared.map(|(_, s)| s);
+        let mut spec = PipelineSpec::new(sql, source);
+        spec.settings = settings(options)?;
+        spec.checkpoint = checkpoint;
+        if let Some(k) = kafka {
+            for (key, value) in k.iter() {
+                spec.kafka.insert(key.extract()?, value.str()?.to_string());
+            }
+        }
         let host_opts = host_options(host)?;
         let host = py
-            .detach(|| HostPipeline::open(config, host_opts))
+            .detach(|| HostPipeline::open(spec, host_opts))
             .map_err(|e| to_py(py, e))?;
         Ok(Self {
             host: Mutex::new(Some(host)),

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use ubik_engine::connector::{ConnectorError, DeadLetter, DeadLetterSink};
+use ubik_connector::{ConnectorError, DeadLetter, DeadLetterSink};
 
 /// Dead letters as JSON lines on stderr (the default destination).
 #[derive(Default)]

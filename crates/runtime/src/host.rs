@@ -23,9 +23,9 @@ use arrow::ipc::writer::StreamWriter;
 use arrow_row::{RowConverter, SortField};
 use ubik_engine::{ChangeBatch, Output};
 
-use crate::config::PipelineConfig;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Step};
+use crate::spec::PipelineSpec;
 
 pub const DELETED: &str = "_deleted";
 
@@ -93,8 +93,8 @@ pub struct HostPipeline {
 }
 
 impl HostPipeline {
-    pub fn open(config: PipelineConfig, options: HostOptions) -> Result<Self> {
-        let mut pipeline = Pipeline::open(config)?;
+    pub fn open(spec: PipelineSpec, options: HostOptions) -> Result<Self> {
+        let mut pipeline = crate::connect::open_pipeline(spec)?;
         if let Some(token) = &options.resume_from {
             let epoch = token_epoch(token, pipeline.fingerprint())?;
             if epoch <= pipeline.epoch() && !pipeline.resume(Some(epoch))? {
@@ -334,10 +334,7 @@ impl HostPipeline {
         let batch = concat_batches(&self.schema, batches)?;
         let output = Arc::clone(&self.pipeline.plan().output_schema);
         let width = output.fields().len();
-        if !matches!(
-            self.pipeline.plan().kind,
-            ubik_engine::plan::QueryKind::Aggregate(_)
-        ) {
+        if !self.pipeline.plan().is_keyed() {
             return Ok(RecordBatch::try_new(
                 output,
                 batch.columns()[..width].to_vec(),

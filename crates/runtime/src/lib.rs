@@ -5,16 +5,26 @@
 //! Arrow batches for a host (the Python package). The runtime owns the
 //! exactly-once protocol: emit, commit the output, then checkpoint source
 //! positions and engine state atomically.
+//!
+//! - [`spec`] and [`settings`]: what a pipeline is, validated before
+//!   anything opens; one parser and one set of defaults for every surface.
+//! - [`connect`]: the front door that opens sources, sinks and dead-letter
+//!   outputs from a spec.
+//! - [`pipeline`], [`runner`], [`host`]: running it into a byte sink or a host.
 
 pub mod changes;
 pub mod checkpoint;
-pub mod config;
+pub mod connect;
 pub mod dead_letter;
 pub mod error;
 pub mod host;
 pub mod pipeline;
 pub mod runner;
+pub mod settings;
+pub mod spec;
 
-pub use config::{CheckpointConfig, ErrorPolicy, PipelineConfig, SourceSpec, parse_source};
-pub use error::{Result, RuntimeError};
-pub use pipeline::{Pipeline, Stats, Step, plan_for};
+pub use connect::{Opened, open, open_pipeline, validate};
+pub use error::{ErrorClass, Result, RuntimeError};
+pub use pipeline::{Pipeline, Stats, Step};
+pub use settings::{ErrorPolicy, Settings};
+pub use spec::{DeadLetterSpec, Endpoint, PipelineSpec, SinkSpec, SourceSpec};

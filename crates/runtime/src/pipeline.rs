@@ -1,4 +1,4 @@
-//! [`Pipeline`]: one source, decoded, through one query, step by step.
+//! [`Pipeline`]: opened sources, decoded, through one query, step by step.
 //!
 //! The caller drives it: [`Pipeline::step`] reads one chunk and returns the
 //! changelog it produced; the caller hands the changes on (a sink, a Python
@@ -7,6 +7,7 @@
 //! checkpoint and re-emits byte-identical records.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,21 +15,21 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use serde_json::json;
 use tracing::{debug, info, warn};
-use ubik_connectors::{DemoSource, FileSource};
-use ubik_engine::connector::{Chunk, Payload, Source, SourceEvent};
+use ubik_connector::{
+    Chunk, DEFAULT_POLL_TIMEOUT, DeadLetter, DeadLetterSink, Payload, Source, SourceEvent,
+};
 use ubik_engine::plan::{EventTime, QueryKind};
 use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
-use ubik_engine::{Catalog, ChangeBatch, Output, QueryPlan, QuerySnapshot, plan_query};
-use ubik_format::json::JsonDecoder;
-use ubik_format::schema::{describe, infer_schema};
+use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot};
+use ubik_format::RecordDecoder;
+use ubik_format::schema::describe;
 
 use crate::changes::{decode_changes, encode_changes};
 use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
-use crate::config::{ErrorPolicy, PipelineConfig, SourceSpec};
-use crate::dead_letter::StderrDeadLetters;
+use crate::connect::OpenedSource;
 use crate::error::{Result, RuntimeError};
-use ubik_engine::connector::{DeadLetter, DeadLetterSink};
+use crate::settings::{ErrorPolicy, Settings};
 
 /// Counters of a running pipeline.
 #[derive(Debug, Clone)]
@@ -91,7 +92,7 @@ pub struct Pipeline {
     query: Query,
     source: Box<dyn Source>,
     source_name: String,
-    decoder: JsonDecoder,
+    decoder: Box<dyn RecordDecoder>,
     schema: SchemaRef,
     policy: ErrorPolicy,
     dead_letters: Box<dyn DeadLetterSink>,
@@ -117,79 +118,40 @@ pub struct Pipeline {
     pub stats: Stats,
 }
 
-fn open_source(spec: SourceSpec) -> Result<Box<dyn Source>> {
-    Ok(match spec {
-        SourceSpec::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
-        SourceSpec::Stdin => Box::new(FileSource::stdin()),
-        SourceSpec::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
-        SourceSpec::Kafka { url, properties } => Box::new(
-            ubik_kafka::KafkaSource::open(&url, &properties)
-                .map_err(ubik_engine::connector::ConnectorError::from)?,
-        ),
-        SourceSpec::Webhook(url) => Box::new(
-            ubik_webhook::WebhookSource::open(&url)
-                .map_err(ubik_engine::connector::ConnectorError::from)?,
-        ),
-        SourceSpec::Provided(s) => s,
-    })
-}
-
-/// Plans `sql` against a single table without opening anything: the exact
-/// result schema and key, before any row is read.
-pub fn plan_for(
-    sql: &str,
-    table: &str,
-    schema: SchemaRef,
-    options: ubik_engine::QueryOptions,
-) -> Result<QueryPlan> {
-    let catalog = Catalog::new().with_table(table, schema);
-    Ok(plan_query(sql, &catalog, options)?)
-}
-
 impl Pipeline {
-    /// Opens the source, resolves the schema, plans the query and, when a
-    /// checkpoint exists, resumes from it.
-    pub fn open(config: PipelineConfig) -> Result<Self> {
-        Self::open_with(config, Box::new(StderrDeadLetters))
-    }
-
-    pub fn open_with(
-        config: PipelineConfig,
+    /// Plans the query over the opened sources and, when a checkpoint
+    /// directory is given and holds a checkpoint, resumes from it. Opening
+    /// is the front door's job ([`crate::connect`]).
+    pub fn new(
+        sql: &str,
+        sources: Vec<OpenedSource>,
+        settings: &Settings,
+        checkpoint: Option<&Path>,
         dead_letters: Box<dyn DeadLetterSink>,
     ) -> Result<Self> {
-        // Files, stdin and the demo have no table name of their own: they
-        // take the name the query reads from.
-        let flexible = matches!(
-            config.source,
-            SourceSpec::File(_) | SourceSpec::Stdin | SourceSpec::Demo { .. }
-        );
-        let mut source = open_source(config.source)?;
-        let table = match ubik_engine::sql::referenced_tables(&config.sql).as_slice() {
-            _ if config.table.is_some() => config.table.clone().unwrap_or_default(),
-            [one] if flexible => one.clone(),
-            _ => source.table().to_string(),
-        };
-        let schema = match config.schema.clone().or_else(|| source.schema()) {
-            Some(s) => s,
-            None => {
-                let sample = source.sample(config.infer_sample)?;
-                let refs: Vec<&[u8]> = sample.iter().map(|r| r.as_slice()).collect();
-                let s = infer_schema(&refs)?;
-                info!(schema = %describe(&s), "inferred the input schema from {} records", refs.len());
-                s
-            }
-        };
-        let plan = plan_for(
-            &config.sql,
-            &table,
-            Arc::clone(&schema),
-            config.options.clone(),
+        let [opened]: [OpenedSource; 1] = sources.try_into().map_err(|v: Vec<_>| {
+            RuntimeError::Config(format!(
+                "a pipeline reads one source today; {} were given",
+                v.len()
+            ))
+        })?;
+        let OpenedSource {
+            table,
+            source,
+            schema,
+            decoder,
+        } = opened;
+        let options = settings.query.clone();
+        let plan = crate::connect::plan(
+            sql,
+            &[(table.clone(), Arc::clone(&schema))],
+            options.clone(),
         )?;
         let identity = json!({
-            "sql": config.sql,
+            "sql": sql,
             "table": table,
             "schema": describe(&schema),
-            "options": config.options,
+            "options": options,
         });
         let fingerprint = fingerprint(&identity.to_string());
         let mut query = Query::new(plan)?;
@@ -198,15 +160,13 @@ impl Pipeline {
         }
         let source_name = source.describe();
         let initial_position = source.position();
-        let decoder =
-            JsonDecoder::with_threads(Arc::clone(&schema), config.options.resolved_threads())?;
         let mut pipeline = Self {
             query,
             source,
             source_name,
             decoder,
             schema,
-            policy: config.on_error,
+            policy: settings.on_error,
             dead_letters,
             store: None,
             identity,
@@ -214,9 +174,9 @@ impl Pipeline {
             epoch: 0,
             consumed: BTreeMap::new(),
             emitted: 0,
-            batch_size: config.batch_size.max(1),
-            poll_timeout: Duration::from_millis(100),
-            idle_timeout: config.idle_timeout,
+            batch_size: settings.batch_size.max(1),
+            poll_timeout: DEFAULT_POLL_TIMEOUT,
+            idle_timeout: settings.idle_timeout,
             last_data: BTreeMap::new(),
             last_push: BTreeMap::new(),
             replay: VecDeque::new(),
@@ -225,9 +185,8 @@ impl Pipeline {
             initial_position,
             stats: Stats::default(),
         };
-        if let Some(ck) = &config.checkpoint {
-            let store = CheckpointStore::open(&ck.dir, ck.keep)?;
-            pipeline.store = Some(store);
+        if let Some(dir) = checkpoint {
+            pipeline.store = Some(CheckpointStore::open(dir, settings.keep_checkpoints)?);
             pipeline.resume(None)?;
         }
         Ok(pipeline)
@@ -406,7 +365,7 @@ impl Pipeline {
         self.stats.records_in += n;
         self.last_data.insert(p, Instant::now());
         let (batch, record_of): (RecordBatch, Vec<u32>) = match &chunk.payload {
-            Payload::Json { data, .. } => {
+            Payload::Bytes { data, .. } => {
                 self.stats.bytes_in += data.len() as u64;
                 let records = chunk.payload.records();
                 let decoded = self.decoder.decode(&records)?;

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
+use ubik_connector::{ConnectorError, Sink};
 use ubik_engine::Output;
-use ubik_engine::connector::{ConnectorError, Sink};
 use ubik_format::changelog::ChangelogEncoder;
 
 use crate::error::{Result, RuntimeError};
@@ -90,8 +90,11 @@ pub fn run_to_sink(
     opts: RunOptions<'_>,
 ) -> Result<RunEnd> {
     let plan = pipeline.plan().clone();
-    let keyed = matches!(plan.kind, ubik_engine::plan::QueryKind::Aggregate(_));
-    let mut encoder = ChangelogEncoder::new(&plan.output_schema, plan.key_columns.clone(), keyed);
+    let mut encoder = ChangelogEncoder::new(
+        &plan.output_schema,
+        plan.key_columns.clone(),
+        plan.is_keyed(),
+    );
     let mut out = Output::default();
     let mut last_commit = Instant::now();
     let mut records_at_commit = pipeline.stats.records_in;

@@ -8,10 +8,10 @@ use sqllogictest::{DBOutput, DefaultColumnType};
 use sqlparser::ast::{Expr, SetExpr, Statement, UnaryOperator, Value};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
-use ubik_engine::time::parse_duration;
-use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
+use ubik_engine::QueryPlan;
 use ubik_format::json::JsonDecoder;
 use ubik_format::schema::sql_type;
+use ubik_runtime::Settings;
 
 use crate::Error;
 use crate::harness::{Feed, Record, chunks, run};
@@ -25,7 +25,7 @@ struct Table {
 #[derive(Default)]
 pub struct StreamDb {
     tables: BTreeMap<String, Table>,
-    options: QueryOptions,
+    settings: Settings,
 }
 
 impl StreamDb {
@@ -93,35 +93,25 @@ impl StreamDb {
         Ok(values.rows.len() as u64)
     }
 
+    /// `SET name = value`: the runtime's options layer, as the CLI and Python use it.
     fn set(&mut self, sql: &str) -> Result<(), Error> {
         let body = sql.trim().trim_end_matches(';')[3..].trim();
         let (name, value) = body
             .split_once('=')
             .ok_or_else(|| Error::Other(format!("SET needs name = value: {sql}")))?;
         let value = value.trim().trim_matches('\'');
-        let dur =
-            || parse_duration(value).ok_or_else(|| Error::Other(format!("bad duration {value}")));
-        match name.trim() {
-            "lateness" => self.options.lateness_us = dur()?,
-            "retention" => self.options.retention_us = dur()?,
-            "emit_interval" => self.options.emit_interval_us = dur()?,
-            "emit_every_rows" => {
-                self.options.emit_every_rows = value
-                    .parse()
-                    .map_err(|_| Error::Other("bad number".into()))?
-            }
-            "event_time" => self.options.event_time = Some(value.to_string()),
-            other => return Err(Error::Other(format!("unknown option {other}"))),
-        }
-        Ok(())
+        self.settings
+            .set(name.trim(), value)
+            .map_err(|e| Error::Other(e.to_string()))
     }
 
     fn query(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, Error> {
-        let mut catalog = Catalog::new();
-        for (name, t) in &self.tables {
-            catalog.add_table(name.clone(), Arc::clone(&t.schema));
-        }
-        let plan = plan_query(sql, &catalog, self.options.clone())?;
+        let tables: Vec<(String, SchemaRef)> = self
+            .tables
+            .iter()
+            .map(|(name, t)| (name.clone(), Arc::clone(&t.schema)))
+            .collect();
+        let plan = ubik_runtime::connect::plan(sql, &tables, self.settings.query.clone())?;
         let table = &self.tables[&plan.source.name];
         let mut decoder = JsonDecoder::new(Arc::clone(&table.schema))?;
         let records: Vec<&[u8]> = table.rows.iter().map(|r| r.as_bytes()).collect();

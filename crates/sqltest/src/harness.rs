@@ -64,8 +64,11 @@ pub fn run(
     for &p in &partitions {
         query.add_partition(p);
     }
-    let keyed = matches!(plan.kind, ubik_engine::plan::QueryKind::Aggregate(_));
-    let mut encoder = ChangelogEncoder::new(&plan.output_schema, plan.key_columns.clone(), keyed);
+    let mut encoder = ChangelogEncoder::new(
+        &plan.output_schema,
+        plan.key_columns.clone(),
+        plan.is_keyed(),
+    );
     let mut records = Vec::new();
     let mut out = Output::default();
     let mut drain = |out: &mut Output, records: &mut Vec<Record>| -> Result<(), Error> {

@@ -23,6 +23,8 @@ pub enum Error {
     #[error(transparent)]
     Format(#[from] ubik_format::FormatError),
     #[error(transparent)]
+    Runtime(#[from] ubik_runtime::RuntimeError),
+    #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
     #[error("{0}")]
     Other(String),

@@ -20,7 +20,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ubik_engine::time::parse_duration;
+use ubik_connector::time::parse_duration;
 
 use crate::error::Error;
 

@@ -1,6 +1,6 @@
 //! Errors of the webhook source.
 
-use ubik_engine::connector::ConnectorError;
+use ubik_connector::ConnectorError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

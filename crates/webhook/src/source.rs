@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use ubik_engine::connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 use crate::buffer::{self, Shared};
 use crate::config::WebhookConfig;
@@ -91,7 +91,7 @@ impl Source for WebhookSource {
                 };
                 return Ok(SourceEvent::Chunk(Chunk {
                     partition: 0,
-                    payload: Payload::Json {
+                    payload: Payload::Bytes {
                         data: taken.data,
                         spans: taken.spans,
                     },

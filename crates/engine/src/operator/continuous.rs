@@ -7,25 +7,14 @@
 //! point together in partition order. So each emission contains exactly the
 //! rows stamped before its grid point, however partitions interleave.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use arrow::array::{AsArray, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
 use super::{Operator, OperatorSnapshot, Output, StampedBatch};
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::plan::{AggregatePlan, EventTime, QueryOptions};
-use crate::state::KeyedState;
-use crate::time::next_tick;
-
-struct Pending {
-    partition: u32,
-    batch: RecordBatch,
-    times: Vec<i64>,
-}
+use crate::state::{KeyedState, PendingRows, StateEntry};
 
 pub struct ContinuousOperator {
     grid: i64,
@@ -33,8 +22,7 @@ pub struct ContinuousOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     state: KeyedState,
-    source_schema: SchemaRef,
-    pending: BTreeMap<i64, Vec<Pending>>,
+    pending: PendingRows,
 }
 
 impl ContinuousOperator {
@@ -57,20 +45,20 @@ impl ContinuousOperator {
             eval: AggEvaluator::new(plan),
             emitter,
             state: KeyedState::new(&plan.group_fields, &plan.aggregates, true, has_event_time)?,
-            source_schema,
-            pending: BTreeMap::new(),
+            pending: PendingRows::new(source_schema, "__time"),
         })
     }
 
     fn flush(&mut self, tick: i64, out: &mut Output) -> Result<()> {
-        let Some(mut list) = self.pending.remove(&tick) else {
+        let mut list = self.pending.take(tick);
+        if list.is_empty() {
             return Ok(());
-        };
+        }
         list.sort_by_key(|p| p.partition);
         for p in &list {
             let keys = self.eval.keys(&p.batch)?;
             let inputs = self.eval.inputs(&p.batch)?;
-            let times = self.has_event_time.then_some(p.times.as_slice());
+            let times = self.has_event_time.then_some(p.values.as_slice());
             self.state
                 .update(&keys, p.batch.num_rows(), &inputs, times)?;
         }
@@ -91,37 +79,22 @@ impl ContinuousOperator {
         out.changes.extend(batch);
         Ok(())
     }
-
-    fn pending_schema(&self) -> SchemaRef {
-        let mut fields: Vec<FieldRef> = self.source_schema.fields().iter().cloned().collect();
-        fields.push(Arc::new(Field::new("__time", DataType::Int64, false)));
-        Arc::new(Schema::new(fields))
-    }
 }
 
 impl Operator for ContinuousOperator {
     fn process_batch(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
-        let n = input.batch.num_rows();
-        // Stamps never decrease within a partition, so rows of one grid point are a run.
-        let mut start = 0;
-        while start < n {
-            let tick = next_tick(input.stamps[start], self.grid);
-            let mut end = start + 1;
-            while end < n && next_tick(input.stamps[end], self.grid) == tick {
-                end += 1;
-            }
-            self.pending.entry(tick).or_default().push(Pending {
-                partition: input.partition,
-                batch: input.batch.slice(start, end - start),
-                times: input.times[start..end].to_vec(),
-            });
-            start = end;
-        }
+        self.pending.push_runs(
+            input.partition,
+            &input.batch,
+            &input.stamps,
+            &input.times,
+            self.grid,
+        );
         Ok(())
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        while let Some(&tick) = self.pending.keys().next() {
+        while let Some(tick) = self.pending.first_tick() {
             if tick > watermark {
                 break;
             }
@@ -131,18 +104,8 @@ impl Operator for ContinuousOperator {
     }
 
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
-        let mut batches = vec![("state".to_string(), self.state.snapshot()?)];
-        let schema = self.pending_schema();
-        for (tick, list) in &self.pending {
-            for (i, p) in list.iter().enumerate() {
-                let mut cols = p.batch.columns().to_vec();
-                cols.push(Arc::new(Int64Array::from(p.times.clone())));
-                batches.push((
-                    format!("pending/{tick}/{i}/{}", p.partition),
-                    RecordBatch::try_new(Arc::clone(&schema), cols)?,
-                ));
-            }
-        }
+        let mut batches = vec![(StateEntry::Groups, self.state.snapshot()?)];
+        self.pending.snapshot(&mut batches)?;
         Ok(OperatorSnapshot {
             batches,
             meta: serde_json::Value::Null,
@@ -150,45 +113,20 @@ impl Operator for ContinuousOperator {
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        for (name, batch) in snapshot.batches {
-            let parts: Vec<&str> = name.split('/').collect();
-            let bad = || EngineError::Checkpoint(format!("bad state entry name {name}"));
-            match parts.as_slice() {
-                ["state"] => self.state.restore(&batch)?,
-                ["pending", tick, _, partition] => {
-                    let k = batch.num_columns() - 1;
-                    let times = batch
-                        .column(k)
-                        .as_primitive::<Int64Type>()
-                        .values()
-                        .to_vec();
-                    let rows = RecordBatch::try_new(
-                        Arc::clone(&self.source_schema),
-                        batch.columns()[..k].to_vec(),
-                    )?;
-                    self.pending
-                        .entry(tick.parse().map_err(|_| bad())?)
-                        .or_default()
-                        .push(Pending {
-                            partition: partition.parse().map_err(|_| bad())?,
-                            batch: rows,
-                            times,
-                        });
-                }
-                _ => return Err(bad()),
+        for (entry, batch) in snapshot.batches {
+            match entry {
+                StateEntry::Groups => self.state.restore(&batch)?,
+                StateEntry::Pending {
+                    tick, partition, ..
+                } => self.pending.restore(tick, partition, &batch)?,
+                other => return Err(other.unexpected("continuous")),
             }
         }
         Ok(())
     }
 
     fn state_size(&self) -> usize {
-        self.state.size()
-            + self
-                .pending
-                .values()
-                .flatten()
-                .map(|p| p.batch.get_array_memory_size() + p.times.len() * 8)
-                .sum::<usize>()
+        self.state.size() + self.pending.size()
     }
 
     fn state_keys(&self) -> usize {

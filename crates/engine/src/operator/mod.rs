@@ -8,31 +8,11 @@ pub mod session;
 
 pub mod window;
 
-use arrow::array::{BooleanArray, Int64Array, RecordBatch};
+use arrow::array::RecordBatch;
 
 use crate::error::Result;
 
-/// A batch of result rows: upserts, or tombstones where `deletes` is true.
-#[derive(Debug, Clone)]
-pub struct ChangeBatch {
-    /// Rows in the query's output schema. For a tombstone only the key columns matter.
-    pub rows: RecordBatch,
-    /// `true` marks a retraction of the row's key. `None`: all upserts/appends.
-    pub deletes: Option<BooleanArray>,
-    /// Record timestamps (µs since epoch): the window end for windowed
-    /// queries, the max event time folded in for continuous ones, the row's
-    /// event time for pass-through queries. Null where there is none.
-    pub timestamps: Int64Array,
-}
-
-impl ChangeBatch {
-    pub fn num_rows(&self) -> usize {
-        self.rows.num_rows()
-    }
-    pub fn is_delete(&self, i: usize) -> bool {
-        self.deletes.as_ref().is_some_and(|d| d.value(i))
-    }
-}
+pub use ubik_connector::ChangeBatch;
 
 /// Why an input row was set aside instead of being aggregated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +110,8 @@ pub struct StampedBatch {
 /// One operator's state, as Arrow batches plus a small JSON document.
 #[derive(Debug, Default)]
 pub struct OperatorSnapshot {
-    pub batches: Vec<(String, RecordBatch)>,
+    /// State tables, by their typed name.
+    pub batches: Vec<(crate::state::StateEntry, RecordBatch)>,
     pub meta: serde_json::Value,
 }
 

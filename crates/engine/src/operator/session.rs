@@ -10,7 +10,7 @@
 //! watermark passes that point: every session's history is the same however
 //! partitions interleave.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -25,6 +25,7 @@ use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
 use crate::state::interner::Interner;
+use crate::state::{PendingRows, StateEntry};
 use crate::time::next_tick;
 
 #[derive(Debug, Clone)]
@@ -41,12 +42,6 @@ struct Session {
     live: bool,
 }
 
-struct Pending {
-    partition: u32,
-    batch: RecordBatch,
-    times: Vec<i64>,
-}
-
 pub struct SessionOperator {
     gap: i64,
     retention: i64,
@@ -54,7 +49,6 @@ pub struct SessionOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     specs: Vec<AggregateSpec>,
-    source_schema: SchemaRef,
     groups: Interner,
     /// Session ids per group, any order.
     by_group: Vec<Vec<usize>>,
@@ -70,7 +64,7 @@ pub struct SessionOperator {
     closed_by_end: BTreeSet<(i64, usize)>,
     /// Sessions changed since their last emission.
     dirty: BTreeSet<usize>,
-    pending: BTreeMap<i64, Vec<Pending>>,
+    pending: PendingRows,
 }
 
 impl SessionOperator {
@@ -90,7 +84,6 @@ impl SessionOperator {
             eval: AggEvaluator::new(plan),
             emitter,
             specs: plan.aggregates.clone(),
-            source_schema,
             groups: Interner::new(&plan.group_fields)?,
             by_group: Vec::new(),
             sessions: Vec::new(),
@@ -104,7 +97,7 @@ impl SessionOperator {
             open_by_end: BTreeSet::new(),
             closed_by_end: BTreeSet::new(),
             dirty: BTreeSet::new(),
-            pending: BTreeMap::new(),
+            pending: PendingRows::new(source_schema, "__time"),
         })
     }
 
@@ -418,12 +411,6 @@ impl SessionOperator {
         }
         Ok(Arc::new(Schema::new(fields)))
     }
-
-    fn pending_schema(&self) -> SchemaRef {
-        let mut fields: Vec<FieldRef> = self.source_schema.fields().iter().cloned().collect();
-        fields.push(Arc::new(Field::new("__time", DataType::Int64, false)));
-        Arc::new(Schema::new(fields))
-    }
 }
 
 impl Operator for SessionOperator {
@@ -459,28 +446,15 @@ impl Operator for SessionOperator {
                     .collect::<Vec<_>>(),
             )
         };
-        let m = batch.num_rows();
-        let mut start = 0;
-        while start < m {
-            let tick = next_tick(stamps[start], self.grid);
-            let mut end = start + 1;
-            while end < m && next_tick(stamps[end], self.grid) == tick {
-                end += 1;
-            }
-            self.pending.entry(tick).or_default().push(Pending {
-                partition: input.partition,
-                batch: batch.slice(start, end - start),
-                times: times[start..end].to_vec(),
-            });
-            start = end;
-        }
+        self.pending
+            .push_runs(input.partition, &batch, &stamps, &times, self.grid);
         Ok(())
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
         // Grid points with rows, and the ends of open sessions, in order.
         loop {
-            let next_rows = self.pending.keys().next().copied();
+            let next_rows = self.pending.first_tick();
             let next_close = self
                 .open_by_end
                 .iter()
@@ -496,10 +470,10 @@ impl Operator for SessionOperator {
                 break;
             }
             if next_rows == Some(next) {
-                let mut list = self.pending.remove(&next).unwrap_or_default();
+                let mut list = self.pending.take(next);
                 list.sort_by_key(|p| p.partition);
                 for p in &list {
-                    self.fold(&p.batch, &p.times)?;
+                    self.fold(&p.batch, &p.values)?;
                 }
             }
             self.emit(next, out)?;
@@ -556,24 +530,14 @@ impl Operator for SessionOperator {
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let mut batches = vec![(
-            "sessions".to_string(),
+            StateEntry::Sessions,
             RecordBatch::try_new_with_options(
                 schema,
                 cols,
                 &arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len())),
             )?,
         )];
-        let pschema = self.pending_schema();
-        for (tick, list) in &self.pending {
-            for (i, p) in list.iter().enumerate() {
-                let mut c = p.batch.columns().to_vec();
-                c.push(Arc::new(Int64Array::from(p.times.clone())));
-                batches.push((
-                    format!("pending/{tick}/{i}/{}", p.partition),
-                    RecordBatch::try_new(Arc::clone(&pschema), c)?,
-                ));
-            }
-        }
+        self.pending.snapshot(&mut batches)?;
         Ok(OperatorSnapshot {
             batches,
             meta: serde_json::Value::Null,
@@ -581,11 +545,9 @@ impl Operator for SessionOperator {
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        for (name, batch) in snapshot.batches {
-            let parts: Vec<&str> = name.split('/').collect();
-            let bad = || EngineError::Checkpoint(format!("bad state entry {name}"));
-            match parts.as_slice() {
-                ["sessions"] => {
+        for (entry, batch) in snapshot.batches {
+            match entry {
+                StateEntry::Sessions => {
                     let k = self.groups.fields().len();
                     let n = batch.num_rows();
                     let keys: Vec<ArrayRef> = batch.columns()[..k].to_vec();
@@ -627,27 +589,10 @@ impl Operator for SessionOperator {
                     }
                     self.acc_groups = n;
                 }
-                ["pending", tick, _, partition] => {
-                    let k = batch.num_columns() - 1;
-                    let times = batch
-                        .column(k)
-                        .as_primitive::<Int64Type>()
-                        .values()
-                        .to_vec();
-                    let rows = RecordBatch::try_new(
-                        Arc::clone(&self.source_schema),
-                        batch.columns()[..k].to_vec(),
-                    )?;
-                    self.pending
-                        .entry(tick.parse().map_err(|_| bad())?)
-                        .or_default()
-                        .push(Pending {
-                            partition: partition.parse().map_err(|_| bad())?,
-                            batch: rows,
-                            times,
-                        });
-                }
-                _ => return Err(bad()),
+                StateEntry::Pending {
+                    tick, partition, ..
+                } => self.pending.restore(tick, partition, &batch)?,
+                other => return Err(other.unexpected("session")),
             }
         }
         Ok(())
@@ -657,6 +602,7 @@ impl Operator for SessionOperator {
         self.accs.iter().map(|a| a.size()).sum::<usize>()
             + self.groups.size()
             + self.sessions.capacity() * std::mem::size_of::<Session>()
+            + self.pending.size()
     }
 
     fn state_keys(&self) -> usize {

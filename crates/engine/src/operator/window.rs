@@ -12,11 +12,10 @@
 //! all of them from every partition have been read.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use arrow::array::{AsArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{FieldRef, SchemaRef};
 
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
@@ -24,16 +23,8 @@ use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBat
 use crate::accumulate::is_order_independent;
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
-use crate::state::KeyedState;
+use crate::state::{KeyedState, PendingPart, PendingRows, StateEntry};
 use crate::time::{floor_to, next_tick};
-
-/// Late rows waiting for their grid point.
-struct PendingLate {
-    /// Source-schema rows (a row late for several HOP windows appears once per window).
-    batch: RecordBatch,
-    /// The window start each row is late for.
-    starts: Vec<i64>,
-}
 
 /// Window geometry and lateness policy: what classifying a row needs.
 #[derive(Debug, Clone, Copy)]
@@ -90,13 +81,14 @@ pub struct WindowOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     factory: StateFactory,
-    source_schema: SchemaRef,
     open: BTreeMap<i64, KeyedState>,
     /// Per extra thread: partial states of open windows, folded from part of
     /// large batches and merged into `open` before a window is read.
     partials: Vec<BTreeMap<i64, KeyedState>>,
     closed: BTreeMap<i64, KeyedState>,
-    pending: BTreeMap<i64, Vec<PendingLate>>,
+    /// Late rows by grid point; a row's value is the window start it is
+    /// late for (a row late for several HOP windows appears once per window).
+    pending: PendingRows,
 }
 
 /// Folds the on-time rows of `rows` into `open`; returns the rejects and the
@@ -207,11 +199,10 @@ impl WindowOperator {
                 key_fields: plan.group_fields.clone(),
                 specs: plan.aggregates.clone(),
             },
-            source_schema,
             open: BTreeMap::new(),
             partials: (1..threads.max(1)).map(|_| BTreeMap::new()).collect(),
             closed: BTreeMap::new(),
-            pending: BTreeMap::new(),
+            pending: PendingRows::new(source_schema, "__window_start"),
         })
     }
 
@@ -315,15 +306,16 @@ impl WindowOperator {
     }
 
     fn apply_late(&mut self, tick: i64, out: &mut Output) -> Result<()> {
-        let Some(batches) = self.pending.remove(&tick) else {
+        let batches = self.pending.take(tick);
+        if batches.is_empty() {
             return Ok(());
-        };
+        }
         let mut touched: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
         for p in batches {
             let keys = self.eval.keys(&p.batch)?;
             let inputs = self.eval.inputs(&p.batch)?;
             let mut by_start: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-            for (i, &s) in p.starts.iter().enumerate() {
+            for (i, &s) in p.values.iter().enumerate() {
                 by_start.entry(s).or_default().push(i as u32);
             }
             for (start, rows) in by_start {
@@ -367,16 +359,6 @@ impl WindowOperator {
         }
         Ok(())
     }
-
-    fn pending_schema(&self) -> SchemaRef {
-        let mut fields: Vec<FieldRef> = self.source_schema.fields().iter().cloned().collect();
-        fields.push(Arc::new(Field::new(
-            "__window_start",
-            DataType::Int64,
-            false,
-        )));
-        Arc::new(Schema::new(fields))
-    }
 }
 
 impl Operator for WindowOperator {
@@ -390,10 +372,14 @@ impl Operator for WindowOperator {
                 let idx =
                     UInt32Array::from_iter_values(rows.into_iter().map(|r| r + offset as u32));
                 let batch = take_record_batch(&input.batch, &idx)?;
-                self.pending
-                    .entry(tick)
-                    .or_default()
-                    .push(PendingLate { batch, starts });
+                self.pending.push(
+                    tick,
+                    PendingPart {
+                        partition: input.partition,
+                        batch,
+                        values: starts,
+                    },
+                );
             }
         }
         Ok(())
@@ -404,7 +390,7 @@ impl Operator for WindowOperator {
         self.merge_partials(watermark.saturating_sub(self.grid.size).saturating_add(1))?;
         loop {
             let next_close = self.open.keys().next().map(|s| s + self.grid.size);
-            let next_tick = self.pending.keys().next().copied();
+            let next_tick = self.pending.first_tick();
             let next = match (next_close, next_tick) {
                 (Some(c), Some(t)) => c.min(t),
                 (Some(c), None) => c,
@@ -434,22 +420,12 @@ impl Operator for WindowOperator {
         self.merge_partials(i64::MAX)?;
         let mut batches = Vec::new();
         for (start, state) in self.open.iter_mut() {
-            batches.push((format!("open/{start}"), state.snapshot()?));
+            batches.push((StateEntry::Open(*start), state.snapshot()?));
         }
         for (start, state) in self.closed.iter_mut() {
-            batches.push((format!("closed/{start}"), state.snapshot()?));
+            batches.push((StateEntry::Closed(*start), state.snapshot()?));
         }
-        let schema = self.pending_schema();
-        for (tick, list) in &self.pending {
-            for (i, p) in list.iter().enumerate() {
-                let mut cols = p.batch.columns().to_vec();
-                cols.push(Arc::new(Int64Array::from(p.starts.clone())));
-                batches.push((
-                    format!("pending/{tick}/{i}"),
-                    RecordBatch::try_new(Arc::clone(&schema), cols)?,
-                ));
-            }
-        }
+        self.pending.snapshot(&mut batches)?;
         Ok(OperatorSnapshot {
             batches,
             meta: serde_json::Value::Null,
@@ -457,47 +433,23 @@ impl Operator for WindowOperator {
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
-        for (name, batch) in snapshot.batches {
-            let parts: Vec<&str> = name.split('/').collect();
-            let num = |s: &str| -> Result<i64> {
-                s.parse()
-                    .map_err(|_| EngineError::Checkpoint(format!("bad state entry name {name}")))
-            };
-            match parts.as_slice() {
-                ["open", start] | ["closed", start] => {
+        for (entry, batch) in snapshot.batches {
+            match entry {
+                StateEntry::Open(start) => {
                     let mut state = self.new_state()?;
                     state.restore(&batch)?;
-                    if parts[0] == "open" {
-                        self.open.insert(num(start)?, state);
-                    } else {
-                        state.set_track_dirty(true);
-                        self.closed.insert(num(start)?, state);
-                    }
+                    self.open.insert(start, state);
                 }
-                ["pending", tick, _] => {
-                    let k = batch.num_columns() - 1;
-                    let starts = batch
-                        .column(k)
-                        .as_primitive::<Int64Type>()
-                        .values()
-                        .to_vec();
-                    let rows = RecordBatch::try_new(
-                        Arc::clone(&self.source_schema),
-                        batch.columns()[..k].to_vec(),
-                    )?;
-                    self.pending
-                        .entry(num(tick)?)
-                        .or_default()
-                        .push(PendingLate {
-                            batch: rows,
-                            starts,
-                        });
+                StateEntry::Closed(start) => {
+                    let mut state = self.new_state()?;
+                    state.restore(&batch)?;
+                    state.set_track_dirty(true);
+                    self.closed.insert(start, state);
                 }
-                _ => {
-                    return Err(EngineError::Checkpoint(format!(
-                        "unknown state entry {name}"
-                    )));
-                }
+                StateEntry::Pending {
+                    tick, partition, ..
+                } => self.pending.restore(tick, partition, &batch)?,
+                other => return Err(other.unexpected("window")),
             }
         }
         Ok(())
@@ -510,12 +462,7 @@ impl Operator for WindowOperator {
             .chain(self.closed.values())
             .map(|s| s.size())
             .sum::<usize>()
-            + self
-                .pending
-                .values()
-                .flatten()
-                .map(|p| p.batch.get_array_memory_size() + p.starts.len() * 8)
-                .sum::<usize>()
+            + self.pending.size()
     }
 
     /// Groups held; a key folded on several threads counts once per thread

@@ -469,6 +469,45 @@ impl Lowering {
             return Err(unsupported_node(input.bottom));
         };
         let scan_schema = &scan.projected_schema;
+        let groups = self.lower_group_by(agg, &input, scan_schema)?;
+        let aggregates = self.lower_aggregates(agg, &input, scan_schema)?;
+        let stage = stage_schema(agg)?;
+        let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
+        let key_columns = key_columns(&outputs, &stage, agg, &groups)?;
+        let projection = outputs
+            .iter()
+            .map(|e| self.physical(e, &stage))
+            .collect::<Result<Vec<_>>>()?;
+        let having = self.conjunction(having, &stage)?;
+        let filter = self.conjunction(input.filters()?, scan_schema)?;
+        Ok(QueryPlan {
+            sql: self.sql.clone(),
+            source: self.source_of(scan),
+            output_schema,
+            key_columns,
+            kind: QueryKind::Aggregate(AggregatePlan {
+                filter,
+                event_time: groups.event_time,
+                window: groups.window,
+                group_exprs: groups.exprs,
+                group_fields: groups.fields,
+                aggregates,
+                stage_schema: Arc::new(stage.as_arrow().clone()),
+                window_position: groups.window_position,
+                having,
+                projection,
+            }),
+            options: self.options.clone(),
+        })
+    }
+
+    /// GROUP BY: finds the (single) window, lowers the other keys over the source schema.
+    fn lower_group_by(
+        &self,
+        agg: &datafusion_expr::logical_plan::Aggregate,
+        input: &Chain<'_>,
+        scan_schema: &DFSchemaRef,
+    ) -> Result<GroupBy> {
         if agg
             .group_expr
             .iter()
@@ -479,13 +518,11 @@ impl Lowering {
                 "run one query per grouping",
             ));
         }
-
-        // GROUP BY: find the (single) window, lower the other keys.
         let mut window = None;
         let mut window_position = None;
         let mut event_time = None;
-        let mut group_exprs = Vec::new();
-        let mut group_fields = Vec::new();
+        let mut exprs = Vec::new();
+        let mut fields = Vec::new();
         for (i, g) in agg.group_expr.iter().enumerate() {
             let g = input.unproject(g.clone().unalias_nested().data)?;
             let call = match &g {
@@ -503,33 +540,15 @@ impl Lowering {
                         ));
                     }
                     refuse_window_outside_group_by(&args[0], "a window's time argument")?;
-                    window = Some(match kind {
-                        WindowFunction::Tumble => WindowSpec::Tumble {
-                            size: interval_arg(&args[1], "the TUMBLE size")?,
-                        },
-                        WindowFunction::Hop => {
-                            let slide = interval_arg(&args[1], "the HOP slide")?;
-                            let size = interval_arg(&args[2], "the HOP size")?;
-                            if size % slide != 0 {
-                                return Err(EngineError::unsupported(
-                                    "the HOP size must be a multiple of its slide",
-                                    "e.g. HOP(ts, INTERVAL '1 MINUTE', INTERVAL '5 MINUTES')",
-                                ));
-                            }
-                            WindowSpec::Hop { slide, size }
-                        }
-                        WindowFunction::Session => WindowSpec::Session {
-                            gap: interval_arg(&args[1], "the SESSION gap")?,
-                        },
-                    });
+                    window = Some(window_spec(kind, args)?);
                     window_position = Some(i);
                     event_time = Some(EventTime::Column(self.physical(&args[0], scan_schema)?));
                 }
                 None => {
                     refuse_window_outside_group_by(&g, "an expression of GROUP BY")?;
                     let (_, field) = agg.schema.qualified_field(i);
-                    group_fields.push(Arc::clone(field));
-                    group_exprs.push(self.physical(&g, scan_schema)?);
+                    fields.push(Arc::clone(field));
+                    exprs.push(self.physical(&g, scan_schema)?);
                 }
             }
         }
@@ -537,8 +556,22 @@ impl Lowering {
             Some(e) => e,
             None => self.default_event_time(scan_schema)?,
         };
+        Ok(GroupBy {
+            window,
+            window_position,
+            event_time,
+            exprs,
+            fields,
+        })
+    }
 
-        // Aggregates, lowered over the source schema.
+    /// The aggregate calls, lowered by DataFusion over the source schema.
+    fn lower_aggregates(
+        &self,
+        agg: &datafusion_expr::logical_plan::Aggregate,
+        input: &Chain<'_>,
+        scan_schema: &DFSchemaRef,
+    ) -> Result<Vec<AggregateSpec>> {
         let n_groups = agg.group_expr.len();
         let mut aggregates = Vec::new();
         for (j, a) in agg.aggr_expr.iter().enumerate() {
@@ -568,113 +601,142 @@ impl Lowering {
                 field: Arc::clone(field),
             });
         }
+        Ok(aggregates)
+    }
+}
 
-        // The aggregate stage: GROUP BY columns, aggregates, hidden window end.
-        let mut stage_fields: Vec<(Option<datafusion_common::TableReference>, FieldRef)> = agg
-            .schema
-            .iter()
-            .map(|(q, f)| (q.cloned(), Arc::clone(f)))
-            .collect();
-        stage_fields.push((
-            None,
-            Arc::new(Field::new(WINDOW_END_COLUMN, window_type(), true)),
-        ));
-        let stage = DFSchema::new_with_metadata(stage_fields, HashMap::new())?;
-        let window_column = window_position.map(|i| Column::from(agg.schema.qualified_field(i)));
+/// The lowered GROUP BY of an aggregation.
+struct GroupBy {
+    window: Option<WindowSpec>,
+    /// Where the window stands among the GROUP BY expressions.
+    window_position: Option<usize>,
+    event_time: EventTime,
+    /// The other GROUP BY expressions, over the source schema, and their fields.
+    exprs: Vec<PhysicalExprRef>,
+    fields: Vec<FieldRef>,
+}
 
-        // Post-aggregation: HAVING and the SELECT list, WINDOW_END resolved.
-        let rewrite_end = |e: Expr| -> Result<Expr> {
-            Ok(e.transform_up(|e| match e {
-                Expr::ScalarFunction(f) if f.func.name() == WINDOW_END => {
-                    match (&window_column, f.args.first()) {
-                        (Some(w), Some(Expr::Column(c))) if c == w || c.name == w.name => {
-                            Ok(Transformed::yes(Expr::Column(Column::new_unqualified(WINDOW_END_COLUMN))))
-                        }
-                        _ => datafusion_common::plan_err!(
-                            "WINDOW_END takes the window expression of the GROUP BY, e.g. WINDOW_END(TUMBLE(ts, INTERVAL '1 MINUTE'))"
-                        ),
+/// A window function call of GROUP BY as a window spec.
+fn window_spec(kind: WindowFunction, args: &[Expr]) -> Result<WindowSpec> {
+    Ok(match kind {
+        WindowFunction::Tumble => WindowSpec::Tumble {
+            size: interval_arg(&args[1], "the TUMBLE size")?,
+        },
+        WindowFunction::Hop => {
+            let slide = interval_arg(&args[1], "the HOP slide")?;
+            let size = interval_arg(&args[2], "the HOP size")?;
+            if size % slide != 0 {
+                return Err(EngineError::unsupported(
+                    "the HOP size must be a multiple of its slide",
+                    "e.g. HOP(ts, INTERVAL '1 MINUTE', INTERVAL '5 MINUTES')",
+                ));
+            }
+            WindowSpec::Hop { slide, size }
+        }
+        WindowFunction::Session => WindowSpec::Session {
+            gap: interval_arg(&args[1], "the SESSION gap")?,
+        },
+    })
+}
+
+/// The aggregate stage's schema: GROUP BY columns, aggregates, hidden window end.
+fn stage_schema(agg: &datafusion_expr::logical_plan::Aggregate) -> Result<DFSchema> {
+    let mut stage_fields: Vec<(Option<datafusion_common::TableReference>, FieldRef)> = agg
+        .schema
+        .iter()
+        .map(|(q, f)| (q.cloned(), Arc::clone(f)))
+        .collect();
+    stage_fields.push((
+        None,
+        Arc::new(Field::new(WINDOW_END_COLUMN, window_type(), true)),
+    ));
+    Ok(DFSchema::new_with_metadata(stage_fields, HashMap::new())?)
+}
+
+/// Post-aggregation: the SELECT list and HAVING over the stage schema, with
+/// `WINDOW_END(...)` resolved to the hidden window end column.
+fn post_aggregation(
+    root: &LogicalPlan,
+    top: &Chain<'_>,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    window_position: Option<usize>,
+) -> Result<(Vec<Expr>, Vec<Expr>)> {
+    let window_column = window_position.map(|i| Column::from(agg.schema.qualified_field(i)));
+    let rewrite_end = |e: Expr| -> Result<Expr> {
+        Ok(e.transform_up(|e| match e {
+            Expr::ScalarFunction(f) if f.func.name() == WINDOW_END => {
+                match (&window_column, f.args.first()) {
+                    (Some(w), Some(Expr::Column(c))) if c == w || c.name == w.name => {
+                        Ok(Transformed::yes(Expr::Column(Column::new_unqualified(WINDOW_END_COLUMN))))
                     }
-                }
-                other => Ok(Transformed::no(other)),
-            })?
-            .data)
-        };
-        let outputs = top
-            .outputs(root.schema())?
-            .into_iter()
-            .map(rewrite_end)
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| match e {
-                EngineError::DataFusion(d) => sql_error(*d),
-                other => other,
-            })?;
-        let having = top
-            .filters()?
-            .into_iter()
-            .map(rewrite_end)
-            .collect::<Result<Vec<_>>>()?;
-
-        // The changelog key: the projected GROUP BY columns, in SELECT order.
-        let mut key_columns = Vec::new();
-        let mut covered = vec![false; n_groups];
-        for (i, e) in outputs.iter().enumerate() {
-            if let Expr::Column(c) = e {
-                let j = stage.index_of_column(c)?;
-                if j < n_groups && !covered[j] {
-                    covered[j] = true;
-                    key_columns.push(i);
+                    _ => datafusion_common::plan_err!(
+                        "WINDOW_END takes the window expression of the GROUP BY, e.g. WINDOW_END(TUMBLE(ts, INTERVAL '1 MINUTE'))"
+                    ),
                 }
             }
-        }
-        if let Some(w) = window_position
-            && !covered[w]
-        {
-            let spec = window.expect("window");
-            return Err(EngineError::unsupported(
-                format!(
-                    "this windowed query does not project its window column: the changelog key is (group, window), so SELECT must include {}(...) itself",
-                    spec.name()
-                ),
-                format!(
-                    "add `{}(...) AS w` to the SELECT list, exactly as it appears in GROUP BY",
-                    spec.name()
-                ),
-            ));
-        }
-        if let Some(j) = covered.iter().position(|c| !c) {
-            let name = agg.schema.field(j).name();
-            return Err(EngineError::unsupported(
-                format!(
-                    "GROUP BY column `{name}` is not projected as a plain column: the changelog key is the tuple of GROUP BY columns, and without it two groups would share a key"
-                ),
-                format!("add `{name}` to the SELECT list"),
-            ));
-        }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
+    };
+    let outputs = top
+        .outputs(root.schema())?
+        .into_iter()
+        .map(rewrite_end)
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| match e {
+            EngineError::DataFusion(d) => sql_error(*d),
+            other => other,
+        })?;
+    let having = top
+        .filters()?
+        .into_iter()
+        .map(rewrite_end)
+        .collect::<Result<Vec<_>>>()?;
+    Ok((outputs, having))
+}
 
-        let projection = outputs
-            .iter()
-            .map(|e| self.physical(e, &stage))
-            .collect::<Result<Vec<_>>>()?;
-        let having = self.conjunction(having, &stage)?;
-        let filter = self.conjunction(input.filters()?, scan_schema)?;
-        Ok(QueryPlan {
-            sql: self.sql.clone(),
-            source: self.source_of(scan),
-            output_schema,
-            key_columns,
-            kind: QueryKind::Aggregate(AggregatePlan {
-                filter,
-                event_time,
-                window,
-                group_exprs,
-                group_fields,
-                aggregates,
-                stage_schema: Arc::new(stage.as_arrow().clone()),
-                window_position,
-                having,
-                projection,
-            }),
-            options: self.options.clone(),
-        })
+/// The changelog key: the projected GROUP BY columns, in SELECT order. Every
+/// GROUP BY column (the window too) must be projected as a plain column.
+fn key_columns(
+    outputs: &[Expr],
+    stage: &DFSchema,
+    agg: &datafusion_expr::logical_plan::Aggregate,
+    groups: &GroupBy,
+) -> Result<Vec<usize>> {
+    let n_groups = agg.group_expr.len();
+    let mut key_columns = Vec::new();
+    let mut covered = vec![false; n_groups];
+    for (i, e) in outputs.iter().enumerate() {
+        if let Expr::Column(c) = e {
+            let j = stage.index_of_column(c)?;
+            if j < n_groups && !covered[j] {
+                covered[j] = true;
+                key_columns.push(i);
+            }
+        }
     }
+    if let (Some(w), Some(spec)) = (groups.window_position, groups.window)
+        && !covered[w]
+    {
+        return Err(EngineError::unsupported(
+            format!(
+                "this windowed query does not project its window column: the changelog key is (group, window), so SELECT must include {}(...) itself",
+                spec.name()
+            ),
+            format!(
+                "add `{}(...) AS w` to the SELECT list, exactly as it appears in GROUP BY",
+                spec.name()
+            ),
+        ));
+    }
+    if let Some(j) = covered.iter().position(|c| !c) {
+        let name = agg.schema.field(j).name();
+        return Err(EngineError::unsupported(
+            format!(
+                "GROUP BY column `{name}` is not projected as a plain column: the changelog key is the tuple of GROUP BY columns, and without it two groups would share a key"
+            ),
+            format!("add `{name}` to the SELECT list"),
+        ));
+    }
+    Ok(key_columns)
 }

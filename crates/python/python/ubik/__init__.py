@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator, Optional
 import pyarrow as pa
 
 from ._ubik import (
+    SETTINGS as _SETTINGS,
     CheckpointError,
     DecodeError,
     SchemaError,
@@ -51,8 +52,7 @@ __all__ = [
     "__version__",
 ]
 
-_OPTIONS = ("lateness", "retention", "emit_interval", "max_future", "event_time",
-            "on_error", "batch_size", "threads", "idle_timeout", "keep_checkpoints")
+_OPTIONS = frozenset(_SETTINGS)  # the runtime's settings, one list for every surface
 _HOST = ("max_rows", "max_bytes", "max_interval", "compact", "spill_dir", "spill_bytes", "resume_from")
 
 KEY_METADATA = b"ubik.key"

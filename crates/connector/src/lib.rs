@@ -1,0 +1,33 @@
+//! # ubik-connector
+//!
+//! The contract between the runtime and connectors (transports), and the
+//! data that crosses it. Connectors move bytes; formats (`ubik-format`) turn
+//! bytes into Arrow; the engine computes. This crate is small on purpose:
+//! connector crates (Kafka, webhooks, files) depend on it, not on the engine.
+//!
+//! Exactly-once comes from three promises, written on the traits and relied
+//! on by the checkpoint protocol:
+//!
+//! 1. a [`Source`] can resume from any position it reported, delivering
+//!    exactly the records after it, in the same order per partition;
+//! 2. the engine's output after a position is a pure function of those
+//!    records, so a replay re-emits byte-identical records;
+//! 3. a [`Sink`] makes records durable on [`Sink::commit`], and the runtime
+//!    writes a checkpoint only after that commit succeeded.
+//!
+//! A crash between commit and checkpoint replays the uncommitted tail, whose
+//! records are byte-identical duplicates that a latest-per-key consumer or a
+//! lake MERGE folds away.
+
+mod change;
+mod dead_letter;
+mod error;
+mod sink;
+mod source;
+pub mod time;
+
+pub use change::ChangeBatch;
+pub use dead_letter::{DeadLetter, DeadLetterSink};
+pub use error::ConnectorError;
+pub use sink::{Sink, SinkRecord};
+pub use source::{Chunk, DEFAULT_POLL_TIMEOUT, Payload, Source, SourceEvent, SourcePosition};

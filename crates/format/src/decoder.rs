@@ -1,0 +1,85 @@
+//! The format layer's seam: a source's records arrive as bytes, and the
+//! [`Format`] named in its spec picks the [`RecordDecoder`] that turns them
+//! into Arrow rows of the source's schema. Transports never decode; formats
+//! never do I/O.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+
+use crate::error::{FormatError, Result};
+use crate::json::JsonDecoder;
+
+/// A record that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    /// Index of the record in the slice given to [`RecordDecoder::decode`].
+    pub index: usize,
+    pub message: String,
+}
+
+/// The result of decoding a chunk of records.
+#[derive(Debug)]
+pub struct Decoded {
+    /// One row per good record, in order, in the target schema.
+    pub batch: RecordBatch,
+    /// Record index of each row; empty when every record was good (row i is record i).
+    pub records: Vec<u32>,
+    pub bad: Vec<BadRecord>,
+}
+
+impl Decoded {
+    /// The record index of row `row`.
+    pub fn record_of(&self, row: usize) -> usize {
+        if self.records.is_empty() {
+            row
+        } else {
+            self.records[row] as usize
+        }
+    }
+}
+
+/// Decodes encoded records into rows of one schema. A bad record is
+/// reported in [`Decoded::bad`] with its index; the good ones are kept.
+pub trait RecordDecoder: Send {
+    fn schema(&self) -> &SchemaRef;
+    fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded>;
+}
+
+/// The encoding of a source's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// One JSON object per record (an NDJSON line, a Kafka message, a webhook event).
+    #[default]
+    Json,
+}
+
+impl Format {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "json" => Ok(Format::Json),
+            other => Err(FormatError::Schema(format!(
+                "unknown format {other:?}; supported: json"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+        }
+    }
+
+    /// A decoder for `schema` using up to `threads` threads.
+    pub fn decoder(self, schema: SchemaRef, threads: usize) -> Result<Box<dyn RecordDecoder>> {
+        Ok(match self {
+            Format::Json => Box::new(JsonDecoder::with_threads(schema, threads)?),
+        })
+    }
+
+    /// A schema inferred from sample records.
+    pub fn infer_schema(self, sample: &[&[u8]]) -> Result<SchemaRef> {
+        match self {
+            Format::Json => crate::schema::infer_schema(sample),
+        }
+    }
+}

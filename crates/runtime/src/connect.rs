@@ -1,0 +1,227 @@
+//! The front door: the one place that turns a [`PipelineSpec`] into opened
+//! sources, a sink and a dead-letter output. The CLI, the Python package and
+//! the tests all come through here, so adding a connector, a format or a
+//! naming rule is a change in this file.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use tracing::info;
+use ubik_connector::{ConnectorError, DeadLetterSink, Sink, Source};
+use ubik_connectors::{DemoSource, FileSource, StdoutSink};
+use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
+use ubik_format::RecordDecoder;
+use ubik_format::schema::describe;
+use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
+
+use crate::dead_letter::StderrDeadLetters;
+use crate::error::{Result, RuntimeError};
+use crate::pipeline::Pipeline;
+use crate::spec::{DeadLetterSpec, Endpoint, PipelineSpec, SinkSpec, SourceSpec};
+
+/// A source ready to read: its SQL table, schema and decoder.
+pub struct OpenedSource {
+    pub table: String,
+    pub source: Box<dyn Source>,
+    pub schema: SchemaRef,
+    /// Turns the source's encoded records into rows of `schema`.
+    pub decoder: Box<dyn RecordDecoder>,
+}
+
+/// A pipeline and its changelog sink, opened.
+pub struct Opened {
+    pub pipeline: Pipeline,
+    pub sink: Box<dyn Sink>,
+}
+
+/// The SQL table name of a source: the name given; else the endpoint's own
+/// (a Kafka topic, a webhook path's last segment); else (files, stdin, the
+/// demo) the one table the query reads; else `fallback`.
+pub fn table_name(
+    explicit: Option<&str>,
+    endpoint: Option<&Endpoint>,
+    sql: &str,
+    fallback: &str,
+) -> String {
+    if let Some(t) = explicit {
+        return t.to_string();
+    }
+    if let Some(t) = endpoint.and_then(Endpoint::own_table) {
+        return t;
+    }
+    match ubik_engine::sql::referenced_tables(sql).as_slice() {
+        [one] => one.clone(),
+        _ => fallback.to_string(),
+    }
+}
+
+/// Plans `sql` over `tables` without opening anything: the exact result
+/// schema and key, before any row is read.
+pub fn plan(sql: &str, tables: &[(String, SchemaRef)], options: QueryOptions) -> Result<QueryPlan> {
+    let mut catalog = Catalog::new();
+    for (name, schema) in tables {
+        catalog.add_table(name.clone(), Arc::clone(schema));
+    }
+    Ok(plan_query(sql, &catalog, options)?)
+}
+
+/// Opens a source's transport (the only place that knows every connector).
+fn open_endpoint(endpoint: Endpoint, kafka: &BTreeMap<String, String>) -> Result<Box<dyn Source>> {
+    Ok(match endpoint {
+        Endpoint::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
+        Endpoint::Stdin => Box::new(FileSource::stdin()),
+        Endpoint::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
+        Endpoint::Kafka(url) => {
+            Box::new(ubik_kafka::KafkaSource::open(&url, kafka).map_err(ConnectorError::from)?)
+        }
+        Endpoint::Webhook(url) => {
+            Box::new(ubik_webhook::WebhookSource::open(&url).map_err(ConnectorError::from)?)
+        }
+        Endpoint::Provided(s) => s,
+    })
+}
+
+/// Opens one source: names its table, resolves its schema (declared, the
+/// source's own, or inferred from a sample by its format) and builds its decoder.
+pub fn open_source(
+    spec: SourceSpec,
+    sql: &str,
+    spec_settings: &crate::settings::Settings,
+    kafka: &BTreeMap<String, String>,
+) -> Result<OpenedSource> {
+    let SourceSpec {
+        table,
+        endpoint,
+        schema,
+        format,
+    } = spec;
+    let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
+    let mut source = open_endpoint(endpoint, kafka)?;
+    let table = if named.is_empty() {
+        source.table().to_string()
+    } else {
+        named
+    };
+    let schema = match schema.or_else(|| source.schema()) {
+        Some(s) => s,
+        None => {
+            let sample = source.sample(spec_settings.infer_sample)?;
+            let refs: Vec<&[u8]> = sample.iter().map(|r| r.as_slice()).collect();
+            let s = format.infer_schema(&refs)?;
+            info!(schema = %describe(&s), "inferred the input schema from {} records", refs.len());
+            s
+        }
+    };
+    let decoder = format.decoder(Arc::clone(&schema), spec_settings.query.resolved_threads())?;
+    Ok(OpenedSource {
+        table,
+        source,
+        schema,
+        decoder,
+    })
+}
+
+fn open_dead_letters(
+    spec: DeadLetterSpec,
+    kafka: &BTreeMap<String, String>,
+) -> Result<Box<dyn DeadLetterSink>> {
+    Ok(match spec {
+        DeadLetterSpec::Stderr => Box::new(StderrDeadLetters),
+        DeadLetterSpec::Kafka(url) => {
+            Box::new(KafkaDeadLetters::open(&url, kafka).map_err(ConnectorError::from)?)
+        }
+        DeadLetterSpec::Provided(d) => d,
+    })
+}
+
+/// Opens the sink of `pipeline`'s changelog.
+fn open_sink(
+    spec: &SinkSpec,
+    emit: EmitMode,
+    kafka: &BTreeMap<String, String>,
+    pipeline: &Pipeline,
+) -> Result<Box<dyn Sink>> {
+    Ok(match spec {
+        SinkSpec::Stdout => Box::new(StdoutSink::default()),
+        SinkSpec::Kafka(url) => {
+            // Stable across restarts of the same pipeline, so a restarted (or
+            // second) instance fences the previous one.
+            let transactional_id = format!("ubik-{}", pipeline.fingerprint());
+            Box::new(
+                KafkaSink::open(
+                    url,
+                    kafka,
+                    emit,
+                    Some(&transactional_id),
+                    pipeline.plan().is_keyed(),
+                )
+                .map_err(ConnectorError::from)?,
+            )
+        }
+    })
+}
+
+/// Opens the pipeline's sources and dead-letter output, plans the query and
+/// resumes from the checkpoint, if any. The sink is the caller's (a host).
+pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
+    let PipelineSpec {
+        sql,
+        sources,
+        sink: _,
+        dead_letters,
+        settings,
+        checkpoint,
+        kafka,
+    } = spec;
+    if sources.len() != 1 {
+        return Err(RuntimeError::Config(format!(
+            "a pipeline reads one source today; {} were given",
+            sources.len()
+        )));
+    }
+    let opened = sources
+        .into_iter()
+        .map(|s| open_source(s, &sql, &settings, &kafka))
+        .collect::<Result<Vec<_>>>()?;
+    let dead_letters = open_dead_letters(dead_letters, &kafka)?;
+    Pipeline::new(&sql, opened, &settings, checkpoint.as_deref(), dead_letters)
+}
+
+/// Opens everything: sources, dead letters, the pipeline, and its sink.
+pub fn open(mut spec: PipelineSpec) -> Result<Opened> {
+    let sink_spec = std::mem::take(&mut spec.sink);
+    let emit = spec.settings.emit;
+    let kafka = spec.kafka.clone();
+    let pipeline = open_pipeline(spec)?;
+    let sink = open_sink(&sink_spec, emit, &kafka, &pipeline)?;
+    Ok(Opened { pipeline, sink })
+}
+
+/// The plan of `spec` without running it: each source's schema is the
+/// declared one or, when none is declared, read from the source (its own
+/// or inferred from a sample), which opens it.
+pub fn validate(spec: PipelineSpec) -> Result<QueryPlan> {
+    let options = spec.settings.query.clone();
+    let mut tables = Vec::with_capacity(spec.sources.len());
+    for source in spec.sources {
+        match source.schema.clone() {
+            Some(schema) => {
+                let referenced = ubik_engine::sql::referenced_tables(&spec.sql);
+                let fallback = referenced.first().map_or("input", String::as_str);
+                let name = table_name(
+                    source.table.as_deref(),
+                    Some(&source.endpoint),
+                    &spec.sql,
+                    fallback,
+                );
+                tables.push((name, schema));
+            }
+            None => {
+                let opened = open_source(source, &spec.sql, &spec.settings, &spec.kafka)?;
+                tables.push((opened.table, opened.schema));
+            }
+        }
+    }
+    plan(&spec.sql, &tables, options)
+}

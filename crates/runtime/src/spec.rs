@@ -1,0 +1,215 @@
+//! A pipeline spec: what the CLI builds from flags and the pipeline file,
+//! Python from keyword arguments, and tests by hand, validated before
+//! anything is opened. [`crate::connect`] turns it into opened parts.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use arrow::datatypes::SchemaRef;
+use ubik_connector::{DeadLetterSink, Source};
+use ubik_connectors::demo::DemoOptions;
+use ubik_format::Format;
+
+use crate::error::{Result, RuntimeError};
+use crate::settings::Settings;
+
+/// Where a source's records come from: the transport and its address.
+pub enum Endpoint {
+    File(PathBuf),
+    Stdin,
+    Demo {
+        table: String,
+        options: DemoOptions,
+    },
+    /// `kafka://host:port/topic?...` (librdkafka properties come from the spec).
+    Kafka(String),
+    /// `webhook://HOST:PORT/PATH?...`: an HTTP endpoint with a durable buffer.
+    Webhook(String),
+    /// A source built by the caller (in-process Arrow from Python, tests).
+    Provided(Box<dyn Source>),
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::File(p) => write!(f, "file://{}", p.display()),
+            Endpoint::Stdin => write!(f, "-"),
+            Endpoint::Demo { table, .. } => write!(f, "demo://{table}"),
+            Endpoint::Kafka(url) | Endpoint::Webhook(url) => write!(f, "{url}"),
+            Endpoint::Provided(s) => write!(f, "{}", s.describe()),
+        }
+    }
+}
+
+impl Endpoint {
+    /// Parses a source URL: `kafka://`, `webhook://`, `file://path.jsonl`
+    /// (or a bare `*.jsonl` path), `-` (stdin), `demo://orders?...`.
+    pub fn parse(url: &str) -> Result<Self> {
+        if url == "-" {
+            return Ok(Endpoint::Stdin);
+        }
+        if let Some(path) = url.strip_prefix("file://") {
+            return Ok(Endpoint::File(PathBuf::from(path)));
+        }
+        if url.starts_with("kafka://") {
+            ubik_kafka::KafkaUrl::parse(url).map_err(|e| RuntimeError::Config(e.to_string()))?;
+            return Ok(Endpoint::Kafka(url.to_string()));
+        }
+        if url.starts_with("webhook://") {
+            ubik_webhook::WebhookConfig::parse(url)
+                .map_err(|e| RuntimeError::Config(e.to_string()))?;
+            return Ok(Endpoint::Webhook(url.to_string()));
+        }
+        if let Some(rest) = url.strip_prefix("demo://") {
+            let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
+            if table.is_empty() {
+                return Err(RuntimeError::Config(
+                    "demo:// needs a table name, e.g. demo://orders".into(),
+                ));
+            }
+            return Ok(Endpoint::Demo {
+                table: table.to_string(),
+                options: DemoOptions::parse(query)?,
+            });
+        }
+        if !url.contains("://")
+            && [".jsonl", ".json", ".ndjson"]
+                .iter()
+                .any(|e| url.ends_with(e))
+        {
+            return Ok(Endpoint::File(PathBuf::from(url)));
+        }
+        let scheme = url.split("://").next().unwrap_or(url);
+        Err(RuntimeError::Config(format!(
+            "unsupported source {url:?} (scheme {scheme:?}); use kafka://host:port/topic, webhook://host:port/path, file://path.jsonl, - (stdin) or demo://orders"
+        )))
+    }
+
+    /// The table name the endpoint itself suggests: a Kafka topic, the last
+    /// segment of a webhook path. Files, stdin and the demo have none of
+    /// their own: they take the table the query reads.
+    pub fn own_table(&self) -> Option<String> {
+        match self {
+            Endpoint::Kafka(url) => ubik_kafka::KafkaUrl::parse(url).ok().map(|u| u.topic),
+            Endpoint::Webhook(url) => ubik_webhook::WebhookConfig::parse(url)
+                .ok()
+                .map(|c| c.table),
+            Endpoint::Provided(s) => Some(s.table().to_string()),
+            Endpoint::File(_) | Endpoint::Stdin | Endpoint::Demo { .. } => None,
+        }
+    }
+}
+
+/// One named input of a pipeline.
+#[derive(Debug)]
+pub struct SourceSpec {
+    /// The SQL table name; `None`: see [`crate::connect::table_name`].
+    pub table: Option<String>,
+    pub endpoint: Endpoint,
+    /// The declared schema; `None`: the source's own, or inferred from a sample.
+    pub schema: Option<SchemaRef>,
+    /// How the records are encoded.
+    pub format: Format,
+}
+
+impl SourceSpec {
+    pub fn new(endpoint: Endpoint) -> Self {
+        Self {
+            table: None,
+            endpoint,
+            schema: None,
+            format: Format::default(),
+        }
+    }
+
+    /// A source from its URL.
+    pub fn parse(url: &str) -> Result<Self> {
+        Ok(Self::new(Endpoint::parse(url)?))
+    }
+}
+
+/// Where the changelog goes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SinkSpec {
+    /// One `{"key":…,"value":…}` line per record.
+    #[default]
+    Stdout,
+    /// `kafka://host:port/topic`, in the spec's emit mode.
+    Kafka(String),
+}
+
+impl SinkSpec {
+    /// `--to`: `kafka://` only, since ubik owns no lake writer.
+    pub fn parse(url: &str) -> Result<Self> {
+        if url.starts_with("kafka://") {
+            return Ok(SinkSpec::Kafka(url.to_string()));
+        }
+        Err(RuntimeError::Config(format!(
+            "--to {url:?} is not supported: ubik writes no files and owns no lake writer; --to takes kafka://host:port/topic only (omit it to print the changelog on stdout). To land results in a lake table, use the Arrow leg (Python: ubik.pipeline(...)) and commit with your own writer, or point a Kafka Connect sink at the output topic."
+        )))
+    }
+}
+
+/// Where records set aside (undecodable, too late) go.
+#[derive(Default)]
+pub enum DeadLetterSpec {
+    /// One JSON line per letter on stderr.
+    #[default]
+    Stderr,
+    /// `kafka://host:port/topic`: the original bytes with the reason in headers.
+    Kafka(String),
+    /// A dead-letter output built by the caller.
+    Provided(Box<dyn DeadLetterSink>),
+}
+
+impl std::fmt::Debug for DeadLetterSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadLetterSpec::Stderr => write!(f, "stderr"),
+            DeadLetterSpec::Kafka(url) => write!(f, "{url}"),
+            DeadLetterSpec::Provided(_) => write!(f, "provided"),
+        }
+    }
+}
+
+impl DeadLetterSpec {
+    /// `--dlq`: `kafka://host:port/topic` or `stderr`.
+    pub fn parse(url: &str) -> Result<Self> {
+        match url {
+            "stderr" => Ok(DeadLetterSpec::Stderr),
+            u if u.starts_with("kafka://") => Ok(DeadLetterSpec::Kafka(u.to_string())),
+            u => Err(RuntimeError::Config(format!(
+                "--dlq {u:?}: dead letters go to kafka://host:port/topic or stderr"
+            ))),
+        }
+    }
+}
+
+/// Everything a pipeline is: its query, named sources, outputs and settings.
+#[derive(Debug)]
+pub struct PipelineSpec {
+    pub sql: String,
+    /// The inputs, one per SQL table the query reads.
+    pub sources: Vec<SourceSpec>,
+    pub sink: SinkSpec,
+    pub dead_letters: DeadLetterSpec,
+    pub settings: Settings,
+    /// Resume from and write checkpoints to this directory.
+    pub checkpoint: Option<PathBuf>,
+    /// librdkafka properties for every Kafka client of the pipeline.
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl PipelineSpec {
+    pub fn new(sql: impl Into<String>, source: SourceSpec) -> Self {
+        Self {
+            sql: sql.into(),
+            sources: vec![source],
+            sink: SinkSpec::default(),
+            dead_letters: DeadLetterSpec::default(),
+            settings: Settings::default(),
+            checkpoint: None,
+            kafka: BTreeMap::new(),
+        }
+    }
+}
