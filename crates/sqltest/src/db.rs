@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use sqllogictest::{DBOutput, DefaultColumnType};
 use sqlparser::ast::{Expr, SetExpr, Statement, UnaryOperator, Value};
@@ -14,18 +16,22 @@ use ubik_format::schema::sql_type;
 use ubik_runtime::Settings;
 
 use crate::Error;
-use crate::harness::{Feed, Record, chunks, run};
+use crate::harness::{Feed, Record, chunks, run_with_rejects};
 
 struct Table {
     schema: SchemaRef,
     /// Rows as JSON objects, in arrival order.
     rows: Vec<String>,
+    /// The source partition of each row (`INSERT INTO t PARTITION (n)`; 0 by default).
+    partitions: Vec<u32>,
 }
 
 #[derive(Default)]
 pub struct StreamDb {
     tables: BTreeMap<String, Table>,
     settings: Settings,
+    /// `SET dead_letters = 'show'`: list rejected rows after the changelog.
+    show_dead_letters: bool,
 }
 
 impl StreamDb {
@@ -53,6 +59,7 @@ impl StreamDb {
             Table {
                 schema: Arc::new(Schema::new(fields)),
                 rows: Vec::new(),
+                partitions: Vec::new(),
             },
         );
         Ok(())
@@ -77,6 +84,17 @@ impl StreamDb {
         } else {
             ins.columns.iter().map(|c| c.to_string()).collect()
         };
+        let partition = match ins.partitioned.as_deref() {
+            None => 0,
+            Some([e]) => {
+                let p = literal(e)?;
+                match p.as_u64().and_then(|p| u32::try_from(p).ok()) {
+                    Some(p) => p,
+                    None => return Err(Error::Other(format!("bad partition {p}"))),
+                }
+            }
+            Some(_) => return Err(Error::Other("PARTITION takes one number".into())),
+        };
         let Some(source) = &ins.source else {
             return Err(Error::Other("INSERT needs VALUES".into()));
         };
@@ -89,6 +107,7 @@ impl StreamDb {
                 obj.insert(c.clone(), literal(e)?);
             }
             table.rows.push(serde_json::Value::Object(obj).to_string());
+            table.partitions.push(partition);
         }
         Ok(values.rows.len() as u64)
     }
@@ -100,6 +119,15 @@ impl StreamDb {
             .split_once('=')
             .ok_or_else(|| Error::Other(format!("SET needs name = value: {sql}")))?;
         let value = value.trim().trim_matches('\'');
+        // The harness's own display switch; everything else is a pipeline setting.
+        if name.trim() == "dead_letters" {
+            self.show_dead_letters = match value {
+                "show" => true,
+                "hide" => false,
+                _ => return Err(Error::Other("dead_letters is 'show' or 'hide'".into())),
+            };
+            return Ok(());
+        }
         self.settings
             .set(name.trim(), value)
             .map_err(|e| Error::Other(e.to_string()))
@@ -120,41 +148,153 @@ impl StreamDb {
             return Err(Error::Other(format!("bad rows: {:?}", decoded.bad)));
         }
         let batch = decoded.batch;
-        let reference = run(
-            &plan,
-            &[Feed {
-                partition: 0,
-                batch: batch.clone(),
-            }],
-            None,
-        )?;
-        // The same input, batched differently and resumed from a checkpoint
-        // in the middle, must give the same bytes.
-        let n = batch.num_rows();
-        for (size, restore) in [
-            (1, None),
-            (3, None),
-            (7, None),
-            (2, Some(n / 4)),
-            (1, Some(n / 2)),
-        ] {
-            let feeds = chunks(&batch, 0, size);
-            let restore = restore.filter(|&r| r < feeds.len());
-            let got = run(&plan, &feeds, restore)?;
-            check_same(
-                &reference,
-                &got,
-                &format!("batch size {size}, restore after batch {restore:?}"),
-            )?;
+        let layouts = layouts(&batch, &table.partitions)?;
+        let (reference, reference_rejects) = layouts[0].run(&plan, None)?;
+        // The same input, batched differently, with partitions interleaved
+        // differently, and resumed from a checkpoint in the middle, must give
+        // the same bytes and reject the same rows.
+        for layout in &layouts[1..] {
+            let len = layout.feeds.len();
+            let mut restores = vec![None, Some(len / 3), Some(2 * len / 3)];
+            restores.dedup();
+            for restore in restores.into_iter().filter(|r| r.is_none_or(|r| r < len)) {
+                let (got, rejects) = layout.run(&plan, restore)?;
+                let what = format!("{}, restore after feed {restore:?}", layout.name);
+                check_same(&reference, &got, &what)?;
+                if rejects != reference_rejects {
+                    return Err(Error::Other(format!(
+                        "dead letters differ with {what}: {reference_rejects:?} vs {rejects:?}"
+                    )));
+                }
+            }
+        }
+        let mut rows: Vec<Vec<String>> = reference
+            .iter()
+            .map(|r| row_of(&plan, r))
+            .collect::<Result<_, _>>()?;
+        if self.show_dead_letters {
+            rows.extend(
+                reference_rejects
+                    .iter()
+                    .map(|(row, code)| vec!["!".into(), code.to_string(), row.to_string()]),
+            );
         }
         Ok(DBOutput::Rows {
             types: vec![DefaultColumnType::Any; plan.output_schema.fields().len() + 1],
-            rows: reference
-                .iter()
-                .map(|r| row_of(&plan, r))
-                .collect::<Result<_, _>>()?,
+            rows,
         })
     }
+}
+
+/// A rejected row: its index in the table, and the reason code.
+type DeadLetter = (usize, &'static str);
+
+/// A changelog and its dead letters.
+type Outcome = (Vec<Record>, Vec<DeadLetter>);
+
+/// Feeds of each partition, with the table row index of each feed's rows.
+type PartitionFeeds = Vec<Vec<(Feed, Vec<usize>)>>;
+
+/// One way of feeding a table's rows to a query: feeds in order, and for
+/// each feed the table row index of each of its rows.
+struct Layout {
+    name: String,
+    feeds: Vec<Feed>,
+    origins: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    /// The changelog, and the rejected rows in row order.
+    fn run(&self, plan: &QueryPlan, restore: Option<usize>) -> Result<Outcome, Error> {
+        let out = run_with_rejects(plan, &self.feeds, restore)?;
+        let mut rejects: Vec<DeadLetter> = out
+            .rejects
+            .iter()
+            .map(|(feed, r)| (self.origins[*feed][r.row], r.reason.code()))
+            .collect();
+        rejects.sort_unstable();
+        Ok((out.records, rejects))
+    }
+}
+
+/// The layouts a query runs with. The first (the reference) feeds each run
+/// of consecutive rows of one partition as one batch, in insertion order;
+/// the others batch the same runs in 1, 2, 3 and 7 rows; with several
+/// partitions, also each partition's rows in turn (ascending, then
+/// descending) and round-robin one row at a time.
+fn layouts(batch: &RecordBatch, partitions: &[u32]) -> Result<Vec<Layout>, Error> {
+    let n = batch.num_rows();
+    let mut runs: Vec<(u32, usize, usize)> = Vec::new();
+    for (i, &p) in partitions.iter().enumerate() {
+        match runs.last_mut() {
+            Some((q, _, len)) if *q == p => *len += 1,
+            _ => runs.push((p, i, 1)),
+        }
+    }
+    let sliced = |name: String, size: usize| {
+        let mut layout = Layout {
+            name,
+            feeds: Vec::new(),
+            origins: Vec::new(),
+        };
+        for &(p, start, len) in &runs {
+            let mut row = start;
+            for f in chunks(&batch.slice(start, len), p, size.min(len)) {
+                let rows = f.batch.num_rows();
+                layout.origins.push((row..row + rows).collect());
+                layout.feeds.push(f);
+                row += rows;
+            }
+        }
+        layout
+    };
+    let mut out = vec![sliced("the reference batching".into(), n.max(1))];
+    for size in [1, 2, 3, 7] {
+        out.push(sliced(format!("batch size {size}"), size));
+    }
+    let mut ids: Vec<u32> = partitions.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() > 1 {
+        // Per partition: its rows in order, as feeds of `size` rows.
+        let per = |size: usize| -> Result<PartitionFeeds, Error> {
+            ids.iter()
+                .map(|&p| {
+                    let idx: Vec<usize> = (0..n).filter(|&i| partitions[i] == p).collect();
+                    let rows = take_record_batch(
+                        batch,
+                        &UInt32Array::from_iter_values(idx.iter().map(|&i| i as u32)),
+                    )?;
+                    Ok(chunks(&rows, p, size)
+                        .into_iter()
+                        .zip(idx.chunks(size).map(<[usize]>::to_vec))
+                        .collect())
+                })
+                .collect()
+        };
+        let flat = |name: &str, parts: PartitionFeeds| {
+            let (feeds, origins) = parts.into_iter().flatten().unzip();
+            Layout {
+                name: name.into(),
+                feeds,
+                origins,
+            }
+        };
+        out.push(flat("partitions in turn, ascending", per(2)?));
+        let mut desc = per(3)?;
+        desc.reverse();
+        out.push(flat("partitions in turn, descending", desc));
+        let mut queues: Vec<std::collections::VecDeque<(Feed, Vec<usize>)>> =
+            per(1)?.into_iter().map(Into::into).collect();
+        let mut round_robin = Vec::new();
+        while queues.iter().any(|q| !q.is_empty()) {
+            for q in queues.iter_mut() {
+                round_robin.extend(q.pop_front());
+            }
+        }
+        out.push(flat("partitions round-robin", vec![round_robin]));
+    }
+    Ok(out)
 }
 
 fn check_same(a: &[Record], b: &[Record], what: &str) -> Result<(), Error> {
@@ -201,34 +341,76 @@ fn literal(e: &Expr) -> Result<serde_json::Value, Error> {
     })
 }
 
-fn cell(v: Option<&serde_json::Value>) -> String {
-    match v {
-        None | Some(serde_json::Value::Null) => "NULL".into(),
-        Some(serde_json::Value::String(s)) if s.is_empty() => "(empty)".into(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+/// The members of a JSON object as (name, raw value text), in order, so a
+/// number is shown exactly as written on the wire (a DECIMAL keeps its
+/// scale's digits, which a round trip through `f64` would drop).
+fn members(json: &str) -> Result<Vec<(String, &str)>, Error> {
+    let bad = || Error::Other(format!("not a JSON object: {json}"));
+    // The end (exclusive) of the value starting at byte `i`.
+    let value_end = |mut i: usize| -> Result<usize, Error> {
+        let b = json.as_bytes();
+        let (mut depth, mut in_string) = (0usize, false);
+        while i < b.len() {
+            match (in_string, b[i]) {
+                (true, b'\\') => i += 1,
+                (true, b'"') => in_string = false,
+                (true, _) => {}
+                (false, b'"') => in_string = true,
+                (false, b'[' | b'{') => depth += 1,
+                (false, b']' | b'}') if depth > 0 => depth -= 1,
+                (false, b',' | b'}') if depth == 0 => return Ok(i),
+                _ => {}
+            }
+            i += 1;
+        }
+        Err(bad())
+    };
+    let mut out = Vec::new();
+    let mut i = json.find('{').ok_or_else(bad)? + 1;
+    while json[i..].starts_with('"') {
+        let colon = i + json[i..].find("\":").ok_or_else(bad)? + 1;
+        let name: String =
+            serde_json::from_str(&json[i..colon]).map_err(|e| Error::Other(e.to_string()))?;
+        let end = value_end(colon + 1)?;
+        out.push((name, &json[colon + 1..end]));
+        i = end + 1;
     }
+    Ok(out)
+}
+
+fn cell(members: &[(String, &str)], name: &str) -> Result<String, Error> {
+    let Some((_, raw)) = members.iter().find(|(n, _)| n == name) else {
+        return Ok("NULL".into());
+    };
+    if raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return Ok(raw.to_string());
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(raw).map_err(|e| Error::Other(e.to_string()))?;
+    Ok(match v {
+        serde_json::Value::Null => "NULL".into(),
+        serde_json::Value::String(s) if s.is_empty() => "(empty)".into(),
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    })
 }
 
 fn row_of(plan: &QueryPlan, r: &Record) -> Result<Vec<String>, Error> {
-    let parse = |s: &str| -> Result<serde_json::Value, Error> {
-        serde_json::from_str(s).map_err(|e| Error::Other(e.to_string()))
-    };
     let mut row = Vec::new();
     match &r.value {
         Some(v) => {
-            let v = parse(v)?;
+            let v = members(v)?;
             row.push("+".into());
             for f in plan.output_schema.fields() {
-                row.push(cell(v.get(f.name())));
+                row.push(cell(&v, f.name())?);
             }
         }
         None => {
-            let k = parse(r.key.as_deref().unwrap_or("{}"))?;
+            let k = members(r.key.as_deref().unwrap_or("{}"))?;
             row.push("-".into());
             for (i, f) in plan.output_schema.fields().iter().enumerate() {
                 row.push(if plan.key_columns.contains(&i) {
-                    cell(k.get(f.name()))
+                    cell(&k, f.name())?
                 } else {
                     "-".into()
                 });
@@ -264,5 +446,24 @@ impl sqllogictest::DB for StreamDb {
 
     fn engine_name(&self) -> &str {
         "ubik"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_keep_raw_values() {
+        let json = r#"{"a":"x,}\"y","b":[1,{"c":"]"}],"d":12.50,"e":null,"f":-1e-7}"#;
+        let m = members(json).unwrap();
+        let names: Vec<&str> = m.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b", "d", "e", "f"]);
+        assert_eq!(cell(&m, "a").unwrap(), "x,}\"y");
+        assert_eq!(cell(&m, "b").unwrap(), r#"[1,{"c":"]"}]"#);
+        assert_eq!(cell(&m, "d").unwrap(), "12.50");
+        assert_eq!(cell(&m, "e").unwrap(), "NULL");
+        assert_eq!(cell(&m, "f").unwrap(), "-1e-7");
+        assert!(members("{}").unwrap().is_empty());
     }
 }

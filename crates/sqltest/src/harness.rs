@@ -2,7 +2,7 @@
 //! partitioning and an optional snapshot/restore, and returns the changelog.
 
 use arrow::array::RecordBatch;
-use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot};
+use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot, Reject};
 use ubik_format::changelog::ChangelogEncoder;
 
 use crate::Error;
@@ -54,6 +54,24 @@ pub fn run(
     feeds: &[Feed],
     restore_after: Option<usize>,
 ) -> Result<Vec<Record>, Error> {
+    Ok(run_with_rejects(plan, feeds, restore_after)?.records)
+}
+
+/// What a run produced.
+#[derive(Debug, Default)]
+pub struct RunOutput {
+    /// The changelog.
+    pub records: Vec<Record>,
+    /// Rejected (dead-lettered) rows, each with the index of its feed.
+    pub rejects: Vec<(usize, Reject)>,
+}
+
+/// [`run`], also returning the rejected (dead-lettered) rows.
+pub fn run_with_rejects(
+    plan: &QueryPlan,
+    feeds: &[Feed],
+    restore_after: Option<usize>,
+) -> Result<RunOutput, Error> {
     let mut query = Query::new(plan.clone())?;
     let mut partitions: Vec<u32> = feeds.iter().map(|f| f.partition).collect();
     partitions.sort_unstable();
@@ -70,6 +88,7 @@ pub fn run(
         plan.is_keyed(),
     );
     let mut records = Vec::new();
+    let mut rejects = Vec::new();
     let mut out = Output::default();
     let mut drain = |out: &mut Output, records: &mut Vec<Record>| -> Result<(), Error> {
         for c in &out.changes {
@@ -89,6 +108,7 @@ pub fn run(
     };
     for (i, feed) in feeds.iter().enumerate() {
         query.process(feed.partition, &feed.batch, &mut out)?;
+        rejects.extend(out.rejects.drain(..).map(|r| (i, r)));
         drain(&mut out, &mut records)?;
         if restore_after == Some(i) {
             let bytes = query.snapshot()?.encode()?;
@@ -99,7 +119,7 @@ pub fn run(
     }
     query.finish(&mut out)?;
     drain(&mut out, &mut records)?;
-    Ok(records)
+    Ok(RunOutput { records, rejects })
 }
 
 /// The latest value per key (tombstones delete), sorted by key.
