@@ -10,12 +10,13 @@ use arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion_common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion_common::{Column, DFSchema, DFSchemaRef, DataFusionError, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
-use datafusion_expr::logical_plan::LogicalPlan;
+use datafusion_expr::logical_plan::{Distinct, LogicalPlan};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::{Expr, expr::ScalarFunction};
 use datafusion_optimizer::analyzer::Analyzer;
 use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 use datafusion_optimizer::replace_distinct_aggregate::ReplaceDistinctWithAggregate;
+use datafusion_optimizer::simplify_expressions::SimplifyExpressions;
 use datafusion_physical_expr::aggregate::LoweredAggregateBuilder;
 use datafusion_physical_expr::create_physical_expr;
 use datafusion_sql::parser::{DFParser, Statement as DFStatement};
@@ -74,10 +75,37 @@ fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
     let plan = Analyzer::new()
         .execute_and_check(plan, ctx.options(), |_, _| {})
         .map_err(sql_error)?;
-    let optimizer = Optimizer::with_rules(vec![Arc::new(ReplaceDistinctWithAggregate::new())]);
+    refuse_distinct_on(&plan)?;
+    // Simplification rewrites what DataFusion only evaluates simplified
+    // (COALESCE, NVL and IFNULL become CASE) and folds constants.
+    let optimizer = Optimizer::with_rules(vec![
+        Arc::new(ReplaceDistinctWithAggregate::new()),
+        Arc::new(SimplifyExpressions::new()),
+    ]);
     optimizer
         .optimize(plan, &OptimizerContext::new(), |_, _| {})
         .map_err(sql_error)
+}
+
+/// `SELECT DISTINCT ON` keeps the first row per key in an order a stream
+/// cannot know up front.
+fn refuse_distinct_on(plan: &LogicalPlan) -> Result<()> {
+    let mut found = false;
+    plan.apply(|node| {
+        found |= matches!(node, LogicalPlan::Distinct(Distinct::On(_)));
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if found {
+        return Err(EngineError::unsupported(
+            "SELECT DISTINCT ON is not supported on streams",
+            "GROUP BY the DISTINCT ON columns and pick the other columns with an aggregate (min, max, ...)",
+        ));
+    }
+    Ok(())
 }
 
 /// Maps a DataFusion planning error to [`EngineError::Sql`] with the position
