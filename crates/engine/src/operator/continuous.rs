@@ -106,10 +106,7 @@ impl Operator for ContinuousOperator {
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
         let mut batches = vec![(StateEntry::Groups, self.state.snapshot()?)];
         self.pending.snapshot(&mut batches)?;
-        Ok(OperatorSnapshot {
-            batches,
-            meta: serde_json::Value::Null,
-        })
+        Ok(OperatorSnapshot::new(batches))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

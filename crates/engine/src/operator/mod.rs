@@ -115,6 +115,16 @@ pub struct OperatorSnapshot {
     pub meta: serde_json::Value,
 }
 
+impl OperatorSnapshot {
+    /// State tables without operator metadata.
+    pub fn new(batches: Vec<(crate::state::StateEntry, RecordBatch)>) -> Self {
+        Self {
+            batches,
+            meta: serde_json::Value::Null,
+        }
+    }
+}
+
 /// The streaming operator interface.
 ///
 /// Contract: the records an operator emits, and their order, are a pure

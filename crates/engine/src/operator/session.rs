@@ -460,11 +460,8 @@ impl Operator for SessionOperator {
                 .iter()
                 .next()
                 .map(|&(end, _)| next_tick(end - 1, self.grid));
-            let next = match (next_rows, next_close) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(a), None) => a,
-                (None, Some(b)) => b,
-                (None, None) => break,
+            let Some(next) = next_rows.into_iter().chain(next_close).min() else {
+                break;
             };
             if next > watermark {
                 break;
@@ -538,10 +535,7 @@ impl Operator for SessionOperator {
             )?,
         )];
         self.pending.snapshot(&mut batches)?;
-        Ok(OperatorSnapshot {
-            batches,
-            meta: serde_json::Value::Null,
-        })
+        Ok(OperatorSnapshot::new(batches))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {

@@ -391,11 +391,8 @@ impl Operator for WindowOperator {
         loop {
             let next_close = self.open.keys().next().map(|s| s + self.grid.size);
             let next_tick = self.pending.first_tick();
-            let next = match (next_close, next_tick) {
-                (Some(c), Some(t)) => c.min(t),
-                (Some(c), None) => c,
-                (None, Some(t)) => t,
-                (None, None) => break,
+            let Some(next) = next_close.into_iter().chain(next_tick).min() else {
+                break;
             };
             if next > watermark {
                 break;
@@ -426,10 +423,7 @@ impl Operator for WindowOperator {
             batches.push((StateEntry::Closed(*start), state.snapshot()?));
         }
         self.pending.snapshot(&mut batches)?;
-        Ok(OperatorSnapshot {
-            batches,
-            meta: serde_json::Value::Null,
-        })
+        Ok(OperatorSnapshot::new(batches))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
