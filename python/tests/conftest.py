@@ -1,6 +1,7 @@
-"""Shared test data: random order events and a DuckDB oracle."""
+"""Shared test data: random order events and a DuckDB oracle; the Kafka test broker."""
 import datetime as dt
 import json
+import os
 import random
 
 import duckdb
@@ -72,3 +73,32 @@ def assert_same(got, want, key):
 @pytest.fixture
 def orders():
     return events(3000)
+
+
+def _skipping(suite):
+    return suite in [s.strip() for s in os.environ.get("UBIK_TEST_SKIP", "").split(",")]
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """The address of the test broker (scripts/test.sh starts it and exports
+    UBIK_TEST_KAFKA). A missing or unreachable broker fails the test; it is
+    skipped only when a developer asks for it with UBIK_TEST_SKIP=kafka, and
+    never when CI is set."""
+    ci = bool(os.environ.get("CI"))
+    if _skipping("kafka"):
+        if ci:
+            pytest.fail("UBIK_TEST_SKIP contains kafka, but CI is set: CI runs the Kafka tests")
+        pytest.skip("UBIK_TEST_SKIP contains kafka")
+    broker = os.environ.get("UBIK_TEST_KAFKA")
+    if not broker:
+        pytest.fail("UBIK_TEST_KAFKA is not set: run scripts/test.sh (it starts the test broker and sets it), "
+                    "or set UBIK_TEST_SKIP=kafka to skip the Kafka tests")
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({"bootstrap.servers": broker}).list_topics(timeout=20)
+    except KafkaException as e:
+        pytest.fail(f"the test broker UBIK_TEST_KAFKA={broker} is unreachable: {e}")
+    return broker

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use ubik_testkit::{Orders, fold_lines};
 
 const Q: &str = "SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')";
 const SCHEMA: &str = "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE";
@@ -64,7 +65,7 @@ fn demo_runs_without_a_broker() {
         .map(|v| v["value"]["n"].as_i64().unwrap())
         .sum();
     // Late updates re-emit a window with its new count: the folded counts add up.
-    let folded: i64 = fold(&lines)
+    let folded: i64 = fold_lines(&lines)
         .values()
         .map(|v| {
             serde_json::from_str::<serde_json::Value>(v).unwrap()["n"]
@@ -171,7 +172,7 @@ fn late_rows_beyond_retention_are_dead_lettered_and_counted() {
 #[test]
 fn pipeline_file_with_flag_overrides_and_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let data = write_events(dir.path(), "orders.jsonl", 500, 3, 100, 0, 1);
+    let data = Orders::new(500, 3, 100, 0).write(dir.path(), "orders.jsonl", 1);
     let toml = dir.path().join("p.toml");
     std::fs::write(
         &toml,
@@ -214,7 +215,7 @@ fn pipeline_file_with_flag_overrides_and_errors() {
 fn stdin_and_inferred_schema() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let data = write_events(dir.path(), "orders.jsonl", 300, 2, 200, 0, 3);
+    let data = Orders::new(300, 2, 200, 0).write(dir.path(), "orders.jsonl", 3);
     let mut child = ubik()
         .args(["run", Q, "--from", "-", "-q", "--lateness", "0s"])
         .stdin(std::process::Stdio::piped())

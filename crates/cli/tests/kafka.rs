@@ -19,10 +19,13 @@ use ubik_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use ubik_kafka::rdkafka::message::{Headers, Message};
 use ubik_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use ubik_kafka::rdkafka::{Offset, TopicPartitionList};
+use ubik_testkit::{
+    ORDERS, Orders, Rng, State, assert_matches, fold, oracle as one_shot, orders_schema, read_jsonl,
+};
 
 const Q: &str = "SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total FROM \"{T}\" GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')";
 const ORACLE: &str = "SELECT merchant, date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total FROM orders GROUP BY 1, 2";
-const SCHEMA: &str = "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE";
+const SCHEMA: &str = ORDERS;
 
 fn broker() -> String {
     std::env::var("UBIK_TEST_KAFKA")
@@ -164,78 +167,22 @@ fn consume_all(topic: &str, isolation: &str) -> Vec<Rec> {
     out
 }
 
-fn fold_recs(recs: &[Rec]) -> BTreeMap<String, String> {
-    let mut m = BTreeMap::new();
-    for r in recs {
-        let key = serde_json::from_str::<serde_json::Value>(&r.key)
-            .unwrap()
-            .to_string();
-        match &r.value {
-            Some(v) => m.insert(
-                key,
-                serde_json::from_str::<serde_json::Value>(v)
-                    .unwrap()
-                    .to_string(),
-            ),
-            None => m.remove(&key),
-        };
-    }
-    m
+fn fold_recs(recs: &[Rec]) -> State {
+    fold(recs.iter().map(|r| (&r.key, r.value.as_ref())))
 }
 
 /// DataFusion over the same rows, keyed like the changelog.
-fn oracle(lines: &[String]) -> BTreeMap<String, serde_json::Value> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("orders.jsonl");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    oracle_changelog(&path, ORACLE)
-        .into_iter()
-        .map(|(k, v)| {
-            let k: serde_json::Value = serde_json::from_str(&k).unwrap();
-            (k.to_string(), serde_json::from_str(&v).unwrap())
-        })
-        .collect()
-}
-
-fn assert_fold_eq_oracle(
-    what: &str,
-    folded: &BTreeMap<String, String>,
-    want: &BTreeMap<String, serde_json::Value>,
-) {
-    let missing: Vec<&String> = want
-        .keys()
-        .filter(|k| !folded.contains_key(*k))
-        .take(5)
-        .collect();
-    assert_eq!(
-        folded.len(),
-        want.len(),
-        "{what}: number of (merchant, window) keys; missing e.g. {missing:?}"
-    );
-    for (k, v) in want {
-        let got: serde_json::Value = serde_json::from_str(
-            folded
-                .get(k)
-                .unwrap_or_else(|| panic!("{what}: missing {k}")),
-        )
-        .unwrap();
-        assert_eq!(got["n"], v["n"], "{what}: {k}");
-        let (a, b) = (got["total"].as_f64().unwrap(), v["total"].as_f64().unwrap());
-        assert!(
-            (a - b).abs() <= 1e-9 * a.abs().max(1.0),
-            "{what}: {k}: {a} vs {b}"
-        );
-    }
+fn oracle(lines: &[String]) -> State {
+    let text = ubik_testkit::events::jsonl(lines);
+    one_shot(
+        ORACLE,
+        &read_jsonl(text.as_bytes(), &orders_schema(SCHEMA)),
+        &[0, 1],
+    )
 }
 
 fn events(n: usize, keys: u64, disorder_ms: u64, seed: u64) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let p = write_events(dir.path(), "e.jsonl", n, keys, 25, disorder_ms, seed);
-    std::fs::read_to_string(p)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect()
+    Orders::new(n, keys, 25, disorder_ms).seeded(seed)
 }
 
 fn ubik_run(input: &str, output: &str, extra: &[&str]) -> std::process::Command {
@@ -275,7 +222,7 @@ fn round_trip_equals_oracle() {
         let o = ubik_run(&input, &out, &["--emit", emit]).output().unwrap();
         assert!(o.status.success(), "{emit}: {}", stderr(&o));
         let recs = consume_all(&out, "read_committed");
-        assert_fold_eq_oracle(emit, &fold_recs(&recs), &oracle(&lines));
+        assert_matches(emit, &fold_recs(&recs), &oracle(&lines));
         // Record timestamps are window ends; keys have one home partition each.
         for r in &recs {
             let k: serde_json::Value = serde_json::from_str(&r.key).unwrap();
@@ -389,7 +336,7 @@ fn crash_suite_both_emit_modes() {
                 }
             }
             let committed = consume_all(&output, "read_committed");
-            assert_fold_eq_oracle(
+            assert_matches(
                 &format!("{emit}, {kills} kills so far"),
                 &fold_recs(&committed),
                 &want,
@@ -413,7 +360,7 @@ fn crash_suite_both_emit_modes() {
 
 /// For every window present, all its keys are present (a committed epoch
 /// holds whole windows).
-fn assert_windows_complete(recs: &[Rec], want: &BTreeMap<String, serde_json::Value>) {
+fn assert_windows_complete(recs: &[Rec], want: &State) {
     let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for k in want.keys() {
         let v: serde_json::Value = serde_json::from_str(k).unwrap();
@@ -592,7 +539,7 @@ fn broker_restart_sigterm_drain_and_fencing() {
     );
     let mut all = first.clone();
     all.extend(second.iter().cloned());
-    let want: BTreeMap<String, serde_json::Value> = oracle(&all);
+    let want: State = oracle(&all);
     let got = wait_for(&output, want.len(), Duration::from_secs(60));
     assert!(
         got.len() >= want.len(),
@@ -652,10 +599,10 @@ fn broker_restart_sigterm_drain_and_fencing() {
         "SIGTERM did not drain cleanly: {status:?}"
     );
     let folded = fold_recs(&consume_all(&output, "read_committed"));
-    let folded: BTreeMap<String, String> = folded
+    let folded: State = folded
         .into_iter()
         .filter(|(k, _)| !k.contains("\"zz\""))
         .collect();
-    assert_fold_eq_oracle("after restart", &folded, &want);
+    assert_matches("after restart", &folded, &want);
     let _ = got;
 }

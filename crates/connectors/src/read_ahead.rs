@@ -84,9 +84,28 @@ mod tests {
 
     #[test]
     fn dropping_early_stops_the_thread() {
-        let data = vec![7u8; 1 << 20];
-        let mut ra = ReadAhead::spawn(Box::new(io::Cursor::new(data)), 1024).unwrap();
-        assert_eq!(ra.next_block().unwrap().len(), 1024);
-        drop(ra); // joins; must not hang with the channel full
+        // On a thread of its own, so a hang fails the test instead of
+        // blocking the suite.
+        let (done, finished) = std::sync::mpsc::channel();
+        let body = std::thread::spawn(move || {
+            let data = vec![7u8; 1 << 20];
+            let mut ra = ReadAhead::spawn(Box::new(io::Cursor::new(data)), 1024).unwrap();
+            assert_eq!(ra.next_block().unwrap().len(), 1024);
+            drop(ra); // joins; must not hang with the channel full
+            let _ = done.send(());
+        });
+        match finished.recv_timeout(std::time::Duration::from_secs(5)) {
+            Ok(()) => body.join().unwrap(),
+            // The body panicked (its sender dropped unsent): report its panic.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                if let Err(panic) = body.join() {
+                    std::panic::resume_unwind(panic);
+                }
+                unreachable!("the body ended without reporting");
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("dropping a ReadAhead with its channel full hung for 5 s")
+            }
+        }
     }
 }

@@ -121,20 +121,3 @@ pub fn run_with_rejects(
     drain(&mut out, &mut records)?;
     Ok(RunOutput { records, rejects })
 }
-
-/// The latest value per key (tombstones delete), sorted by key.
-pub fn fold(records: &[Record]) -> Vec<(String, String)> {
-    let mut state = std::collections::BTreeMap::new();
-    for r in records {
-        let key = r.key.clone().unwrap_or_default();
-        match &r.value {
-            Some(v) => {
-                state.insert(key, v.clone());
-            }
-            None => {
-                state.remove(&key);
-            }
-        }
-    }
-    state.into_iter().collect()
-}

@@ -4,68 +4,22 @@
 //! DataFusion running an equivalent query in one shot over the same rows,
 //! and the changelog bytes must not depend on batching or interleaving.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::datasource::MemTable;
-use datafusion::prelude::SessionContext;
 use ubik_engine::{Catalog, QueryOptions, plan_query};
-use ubik_format::changelog::ChangelogEncoder;
 use ubik_format::json::JsonDecoder;
-use ubik_sqltest::harness::{Feed, Record, chunks, fold, run};
+use ubik_sqltest::harness::{Feed, Record, chunks, run};
+use ubik_testkit::{Orders, Rng, State, assert_matches, oracle};
 
-/// SplitMix64: deterministic, so a failure reproduces from its seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
+fn schema() -> arrow::datatypes::SchemaRef {
+    Orders::new(0, 1, 1, 0).varied().schema()
 }
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("merchant", DataType::Utf8, true),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
-        Field::new("amount", DataType::Float64, true),
-        Field::new("tag", DataType::Utf8, true),
-    ]))
-}
-
-const BASE_MS: i64 = 1_704_067_200_000; // 2024-01-01T00:00:00Z
 
 /// Rows in arrival order: time advances ~`step_ms` per row, each row
-/// displaced back by up to `disorder_ms`.
+/// displaced back by up to `disorder_ms`; null and negative amounts, tags.
 fn gen_rows(rng: &mut Rng, n: usize, keys: u64, step_ms: u64, disorder_ms: u64) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let t = BASE_MS + (i as u64 * step_ms) as i64 - rng.below(disorder_ms + 1) as i64;
-            let merchant = format!("m{}", rng.below(keys));
-            let amount = if rng.below(20) == 0 {
-                "null".to_string()
-            } else {
-                format!("{}", (rng.below(100_000) as f64) / 100.0 - 100.0)
-            };
-            let tag = if rng.below(10) == 0 {
-                "null".into()
-            } else {
-                format!("\"t{}\"", rng.below(7))
-            };
-            format!(r#"{{"merchant":"{merchant}","ts":{t},"amount":{amount},"tag":{tag}}}"#)
-        })
-        .collect()
+    Orders::new(n, keys, step_ms, disorder_ms)
+        .varied()
+        .lines(rng)
 }
 
 fn decode(rows: &[String]) -> RecordBatch {
@@ -76,83 +30,13 @@ fn decode(rows: &[String]) -> RecordBatch {
     out.batch
 }
 
-/// Runs the oracle SQL in DataFusion over the same rows, encoded exactly
-/// as ubik encodes results, as key JSON -> value JSON.
-fn oracle(sql: &str, batch: &RecordBatch, key_columns: &[usize]) -> BTreeMap<String, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let ctx = SessionContext::new();
-        let table = MemTable::try_new(batch.schema(), vec![vec![batch.clone()]]).unwrap();
-        ctx.register_table("orders", Arc::new(table)).unwrap();
-        let df = ctx
-            .sql(sql)
-            .await
-            .unwrap_or_else(|e| panic!("oracle sql failed: {e}\n{sql}"));
-        let batches = df.collect().await.unwrap();
-        let mut out = BTreeMap::new();
-        for b in batches {
-            let mut enc = ChangelogEncoder::new(&b.schema(), key_columns.to_vec(), true);
-            let change = ubik_engine::ChangeBatch {
-                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
-                rows: b,
-                deletes: None,
-            };
-            enc.encode(&change, |r| {
-                out.insert(
-                    String::from_utf8_lossy(r.key.unwrap()).into_owned(),
-                    String::from_utf8_lossy(r.value.unwrap()).into_owned(),
-                );
-                Ok::<_, ()>(())
-            })
-            .unwrap()
-            .unwrap();
-        }
-        out
-    })
-}
-
-fn close(a: &serde_json::Value, b: &serde_json::Value) -> bool {
-    use serde_json::Value::*;
-    match (a, b) {
-        (Number(x), Number(y)) => {
-            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
-            (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
-        }
-        (Object(x), Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| close(v, w)))
-        }
-        _ => a == b,
-    }
-}
-
-fn assert_matches(case: &str, got: &[(String, String)], want: &BTreeMap<String, String>) {
-    let got: BTreeMap<&String, &String> = got.iter().map(|(k, v)| (k, v)).collect();
-    let missing: Vec<_> = want
-        .keys()
-        .filter(|k| !got.contains_key(k))
-        .take(3)
-        .collect();
-    let extra: Vec<_> = got
-        .keys()
-        .filter(|k| !want.contains_key(**k))
-        .take(3)
-        .collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "{case}: keys differ; missing {missing:?}, extra {extra:?} ({} vs {})",
-        got.len(),
-        want.len()
-    );
-    for (k, v) in want {
-        let a: serde_json::Value = serde_json::from_str(got[k]).unwrap();
-        let b: serde_json::Value = serde_json::from_str(v).unwrap();
-        assert!(
-            close(&a, &b),
-            "{case}: key {k}\n  ubik:   {a}\n  oracle: {b}"
-        );
-    }
+/// The latest value per key of a changelog.
+fn fold(records: &[Record]) -> State {
+    ubik_testkit::fold(
+        records
+            .iter()
+            .map(|r| (r.key.as_deref().unwrap_or_default(), r.value.as_deref())),
+    )
 }
 
 /// Random batch sizes over one partition's rows.
@@ -250,7 +134,7 @@ fn fold_of_changelog_equals_one_shot_oracle() {
                 case.name
             );
             let plan = plan_query(case.ubik, &catalog, options.clone()).unwrap();
-            let want = oracle(case.oracle, &batch, &plan.key_columns);
+            let want = oracle(case.oracle, std::slice::from_ref(&batch), &plan.key_columns);
 
             let one = run(&plan, &random_feeds(&mut rng, &batch, 0), None).unwrap();
             let other = run(&plan, &random_feeds(&mut rng, &batch, 0), Some(3)).unwrap();
@@ -267,20 +151,37 @@ fn fold_of_changelog_equals_one_shot_oracle() {
 
 #[test]
 fn no_record_is_lost_or_invented() {
-    // The changelog of a windowed query holds exactly one record per (key,
-    // window) when nothing is late: no duplicates from batching.
+    // When nothing is late, the changelog of a windowed query holds exactly
+    // one record per (key, window) of the one-shot answer: none missing,
+    // none extra, no duplicates from batching.
     let mut rng = Rng(99);
     let rows = gen_rows(&mut rng, 2000, 5, 100, 1000);
     let batch = decode(&rows);
     let catalog = Catalog::new().with_table("orders", schema());
     let plan = plan_query(CASES[0].ubik, &catalog, QueryOptions::default()).unwrap();
+    assert!(
+        plan.options.lateness_us > 1_000 * 1_000,
+        "the rows must be within the watermark delay for this test"
+    );
     let records: Vec<Record> = run(&plan, &random_feeds(&mut rng, &batch, 0), None).unwrap();
+    assert!(!records.is_empty(), "the changelog is empty");
     let folded = fold(&records);
     assert_eq!(
         records.len(),
         folded.len(),
         "a window was emitted more than once without late data"
     );
+    let want = oracle(
+        CASES[0].oracle,
+        std::slice::from_ref(&batch),
+        &plan.key_columns,
+    );
+    assert_eq!(
+        records.len(),
+        want.len(),
+        "one record per (key, window) of the one-shot answer"
+    );
+    assert_matches("no record lost or invented", &folded, &want);
 }
 
 #[test]
@@ -316,7 +217,11 @@ fn changelog_does_not_depend_on_fold_threads() {
             let restored = run(&plan(threads), &feeds, Some(1)).unwrap();
             assert_eq!(single, restored, "{what}, restored: changelog differs");
         }
-        let want = oracle(case.oracle, &batch, &plan(1).key_columns);
+        let want = oracle(
+            case.oracle,
+            std::slice::from_ref(&batch),
+            &plan(1).key_columns,
+        );
         assert_matches(case.name, &fold(&single), &want);
     }
 }

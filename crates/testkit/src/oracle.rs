@@ -1,0 +1,77 @@
+//! The oracle: DataFusion runs an equivalent query in one shot over the same
+//! input, and its result is encoded exactly as ubik encodes a changelog, so
+//! it compares with the latest-per-key fold of ubik's output.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use ubik_format::changelog::ChangelogEncoder;
+
+use crate::changelog::State;
+
+/// Runs `sql` with DataFusion over `input` (registered as the table
+/// `orders`) and returns its rows as changelog key JSON -> value JSON, the
+/// key made of `key_columns` of the result.
+pub fn oracle(sql: &str, input: &[RecordBatch], key_columns: &[usize]) -> State {
+    let schema = input
+        .first()
+        .map(|b| b.schema())
+        .expect("the oracle needs at least one (possibly empty) input batch");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async {
+        let ctx = SessionContext::new();
+        let table = MemTable::try_new(schema, vec![input.to_vec()]).expect("the input table");
+        ctx.register_table("orders", Arc::new(table))
+            .expect("register orders");
+        let df = ctx
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("oracle sql failed: {e}\n{sql}"));
+        let batches = df
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("oracle query failed: {e}\n{sql}"));
+        let mut out = State::new();
+        for b in batches {
+            let mut enc = ChangelogEncoder::new(&b.schema(), key_columns.to_vec(), true);
+            let change = ubik_engine::ChangeBatch {
+                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
+                rows: b,
+                deletes: None,
+            };
+            enc.encode(&change, |r| {
+                let key = String::from_utf8_lossy(r.key.expect("a keyed result")).into_owned();
+                let value = String::from_utf8_lossy(r.value.expect("no tombstones")).into_owned();
+                assert!(
+                    out.insert(key.clone(), value).is_none(),
+                    "the oracle returned key {key} twice: is key_columns the query's key?"
+                );
+                Ok::<_, ()>(())
+            })
+            .expect("encode the oracle's result")
+            .expect("collect the oracle's result");
+        }
+        out
+    })
+}
+
+/// Decodes JSON lines with Arrow's own JSON reader (the one DataFusion's
+/// `register_json` uses), independently of ubik's decoder.
+pub fn read_jsonl(text: &[u8], schema: &SchemaRef) -> Vec<RecordBatch> {
+    let reader = arrow::json::ReaderBuilder::new(Arc::clone(schema))
+        .with_batch_size(65_536)
+        .build(std::io::Cursor::new(text))
+        .expect("a JSON reader");
+    let mut batches: Vec<RecordBatch> = reader
+        .collect::<Result<_, _>>()
+        .expect("the oracle's input is valid JSON lines");
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(Arc::clone(schema)));
+    }
+    batches
+}
