@@ -96,10 +96,7 @@ impl Session {
                     "from_ must be a source URL or Arrow data (Table, RecordBatch, RecordBatchReader): {e}"
                 ))
             })?;
-            let name = table.clone().unwrap_or_else(|| "input".into());
-            SourceSpec::new(Endpoint::Provided(Box::new(
-                ubik_connectors::ArrowSource::new(&name, Box::new(reader)),
-            )))
+            SourceSpec::new(Endpoint::Arrow(Box::new(reader)))
         };
         source.table = table;
         source.schema = declared.map(|(_, s)| s);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use tracing::info;
 use ubik_connector::{ConnectorError, DeadLetterSink, Sink, Source};
-use ubik_connectors::{DemoSource, FileSource, StdoutSink};
+use ubik_connectors::{ArrowSource, DemoSource, FileSource, StdoutSink};
 use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
 use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
@@ -67,7 +67,12 @@ pub fn plan(sql: &str, tables: &[(String, SchemaRef)], options: QueryOptions) ->
 }
 
 /// Opens a source's transport (the only place that knows every connector).
-fn open_endpoint(endpoint: Endpoint, kafka: &BTreeMap<String, String>) -> Result<Box<dyn Source>> {
+/// `table` names a source that has no name of its own (in-process Arrow).
+fn open_endpoint(
+    endpoint: Endpoint,
+    table: &str,
+    kafka: &BTreeMap<String, String>,
+) -> Result<Box<dyn Source>> {
     Ok(match endpoint {
         Endpoint::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
         Endpoint::Stdin => Box::new(FileSource::stdin()),
@@ -78,6 +83,7 @@ fn open_endpoint(endpoint: Endpoint, kafka: &BTreeMap<String, String>) -> Result
         Endpoint::Webhook(url) => {
             Box::new(ubik_webhook::WebhookSource::open(&url).map_err(ConnectorError::from)?)
         }
+        Endpoint::Arrow(reader) => Box::new(ArrowSource::new(table, reader)),
         Endpoint::Provided(s) => s,
     })
 }
@@ -97,7 +103,11 @@ pub fn open_source(
         format,
     } = spec;
     let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
-    let mut source = open_endpoint(endpoint, kafka)?;
+    let mut source = open_endpoint(
+        endpoint,
+        if named.is_empty() { "input" } else { &named },
+        kafka,
+    )?;
     let table = if named.is_empty() {
         source.table().to_string()
     } else {

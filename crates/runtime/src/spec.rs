@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatchReader;
 use ubik_connector::{DeadLetterSink, Source};
 use ubik_connectors::demo::DemoOptions;
 use ubik_format::Format;
@@ -25,7 +26,9 @@ pub enum Endpoint {
     Kafka(String),
     /// `webhook://HOST:PORT/PATH?...`: an HTTP endpoint with a durable buffer.
     Webhook(String),
-    /// A source built by the caller (in-process Arrow from Python, tests).
+    /// In-process Arrow handed over by a host (Python's `from_=table`).
+    Arrow(Box<dyn RecordBatchReader + Send>),
+    /// A source built by the caller (tests).
     Provided(Box<dyn Source>),
 }
 
@@ -36,6 +39,7 @@ impl std::fmt::Debug for Endpoint {
             Endpoint::Stdin => write!(f, "-"),
             Endpoint::Demo { table, .. } => write!(f, "demo://{table}"),
             Endpoint::Kafka(url) | Endpoint::Webhook(url) => write!(f, "{url}"),
+            Endpoint::Arrow(_) => write!(f, "arrow"),
             Endpoint::Provided(s) => write!(f, "{}", s.describe()),
         }
     }
@@ -95,7 +99,9 @@ impl Endpoint {
                 .ok()
                 .map(|c| c.table),
             Endpoint::Provided(s) => Some(s.table().to_string()),
-            Endpoint::File(_) | Endpoint::Stdin | Endpoint::Demo { .. } => None,
+            Endpoint::File(_) | Endpoint::Stdin | Endpoint::Demo { .. } | Endpoint::Arrow(_) => {
+                None
+            }
         }
     }
 }
