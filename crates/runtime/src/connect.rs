@@ -4,6 +4,7 @@
 //! naming rule is a change in this file.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -15,6 +16,7 @@ use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
 use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 
+use crate::checkpoint::fingerprint;
 use crate::dead_letter::StderrDeadLetters;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::Pipeline;
@@ -66,26 +68,57 @@ pub fn plan(sql: &str, tables: &[(String, SchemaRef)], options: QueryOptions) ->
     Ok(plan_query(sql, &catalog, options)?)
 }
 
+/// What opening a source may depend on besides its endpoint.
+struct Opening<'a> {
+    /// The source's SQL table (a name for in-process Arrow, which has none).
+    table: &'a str,
+    sql: &'a str,
+    schema: Option<&'a SchemaRef>,
+    checkpoint: Option<&'a Path>,
+    kafka: &'a BTreeMap<String, String>,
+}
+
 /// Opens a source's transport (the only place that knows every connector).
-/// `table` names a source that has no name of its own (in-process Arrow).
-fn open_endpoint(
-    endpoint: Endpoint,
-    table: &str,
-    kafka: &BTreeMap<String, String>,
-) -> Result<Box<dyn Source>> {
+fn open_endpoint(endpoint: Endpoint, at: &Opening<'_>) -> Result<Box<dyn Source>> {
     Ok(match endpoint {
         Endpoint::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
         Endpoint::Stdin => Box::new(FileSource::stdin()),
         Endpoint::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
         Endpoint::Kafka(url) => {
-            Box::new(ubik_kafka::KafkaSource::open(&url, kafka).map_err(ConnectorError::from)?)
+            Box::new(ubik_kafka::KafkaSource::open(&url, at.kafka).map_err(ConnectorError::from)?)
         }
         Endpoint::Webhook(url) => {
-            Box::new(ubik_webhook::WebhookSource::open(&url).map_err(ConnectorError::from)?)
+            let owner = webhook_owner(&url, at);
+            Box::new(ubik_webhook::WebhookSource::open(&url, &owner).map_err(ConnectorError::from)?)
         }
-        Endpoint::Arrow(reader) => Box::new(ArrowSource::new(table, reader)),
+        Endpoint::Arrow(reader) => Box::new(ArrowSource::new(at.table, reader)),
         Endpoint::Provided(s) => s,
     })
+}
+
+/// A webhook buffer belongs to its pipeline: it lives in the checkpoint
+/// directory (or, without one, in `./ubik-webhook-<table>-<identity>`), and
+/// it is replayed only by a pipeline with the same query, table, schema and
+/// endpoint.
+fn webhook_owner(url: &str, at: &Opening<'_>) -> ubik_webhook::BufferOwner {
+    let endpoint = url.split('?').next().unwrap_or(url);
+    let identity = fingerprint(
+        &serde_json::json!({
+            "sql": at.sql,
+            "table": at.table,
+            "schema": at.schema.map(|s| describe(s)),
+            "endpoint": endpoint,
+        })
+        .to_string(),
+    );
+    let default_dir = match at.checkpoint {
+        Some(dir) => dir.join(format!("webhook-{}", at.table)),
+        None => PathBuf::from(format!("ubik-webhook-{}-{}", at.table, &identity[..8])),
+    };
+    ubik_webhook::BufferOwner {
+        default_dir,
+        identity,
+    }
 }
 
 /// Opens one source: names its table, resolves its schema (declared, the
@@ -94,6 +127,7 @@ pub fn open_source(
     spec: SourceSpec,
     sql: &str,
     spec_settings: &crate::settings::Settings,
+    checkpoint: Option<&Path>,
     kafka: &BTreeMap<String, String>,
 ) -> Result<OpenedSource> {
     let SourceSpec {
@@ -105,8 +139,13 @@ pub fn open_source(
     let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
     let mut source = open_endpoint(
         endpoint,
-        if named.is_empty() { "input" } else { &named },
-        kafka,
+        &Opening {
+            table: if named.is_empty() { "input" } else { &named },
+            sql,
+            schema: schema.as_ref(),
+            checkpoint,
+            kafka,
+        },
     )?;
     let table = if named.is_empty() {
         source.table().to_string()
@@ -192,7 +231,7 @@ pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
     }
     let opened = sources
         .into_iter()
-        .map(|s| open_source(s, &sql, &settings, &kafka))
+        .map(|s| open_source(s, &sql, &settings, checkpoint.as_deref(), &kafka))
         .collect::<Result<Vec<_>>>()?;
     let dead_letters = open_dead_letters(dead_letters, &kafka)?;
     Pipeline::new(&sql, opened, &settings, checkpoint.as_deref(), dead_letters)
@@ -228,10 +267,52 @@ pub fn validate(spec: PipelineSpec) -> Result<QueryPlan> {
                 tables.push((name, schema));
             }
             None => {
-                let opened = open_source(source, &spec.sql, &spec.settings, &spec.kafka)?;
+                let opened = open_source(
+                    source,
+                    &spec.sql,
+                    &spec.settings,
+                    spec.checkpoint.as_deref(),
+                    &spec.kafka,
+                )?;
                 tables.push((opened.table, opened.schema));
             }
         }
     }
     plan(&spec.sql, &tables, options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(sql: &str, url: &str, checkpoint: Option<&Path>) -> ubik_webhook::BufferOwner {
+        let kafka = BTreeMap::new();
+        webhook_owner(
+            url,
+            &Opening {
+                table: "hooks",
+                sql,
+                schema: None,
+                checkpoint,
+                kafka: &kafka,
+            },
+        )
+    }
+
+    #[test]
+    fn a_webhook_buffer_belongs_to_its_pipeline() {
+        let url = "webhook://127.0.0.1:0/hooks";
+        let a = owner("SELECT * FROM hooks", url, None);
+        // Flush options may change between runs; the identity does not.
+        let same = owner("SELECT * FROM hooks", &format!("{url}?max_rows=5"), None);
+        let other = owner("SELECT id FROM hooks", url, None);
+        assert_eq!(a.identity, same.identity);
+        assert_ne!(a.identity, other.identity);
+        assert_ne!(a.default_dir, other.default_dir);
+        let ck = Path::new("state/hooks");
+        assert_eq!(
+            owner("SELECT * FROM hooks", url, Some(ck)).default_dir,
+            ck.join("webhook-hooks")
+        );
+    }
 }

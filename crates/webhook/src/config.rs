@@ -3,7 +3,7 @@
 //!
 //! | option | default | meaning |
 //! |---|---|---|
-//! | `buffer` | `./ubik-webhook-<table>` | directory of the durable buffer, or `memory` (no durability) |
+//! | `buffer` | the pipeline's own (see [`crate::BufferOwner`]) | directory of the durable buffer, or `memory` (no durability) |
 //! | `max_rows` | 10000 | a flush holds at most this many events ... |
 //! | `max_bytes` | 8MiB | ... and at most this many payload bytes ... |
 //! | `max_interval` | 1s | ... and waits at most this long for more |
@@ -52,8 +52,11 @@ pub struct WebhookConfig {
     pub bind: String,
     pub path: String,
     pub table: String,
-    /// `None`: memory only.
+    /// `None`: memory only. Unless `buffer=` was given, the pipeline's own
+    /// directory replaces this default when the source opens.
     pub buffer_dir: Option<PathBuf>,
+    /// Whether `buffer=` named the directory (or `memory`).
+    pub buffer_given: bool,
     pub max_rows: usize,
     pub max_bytes: usize,
     pub max_interval: Duration,
@@ -126,6 +129,7 @@ impl WebhookConfig {
             bind: bind.to_string(),
             path,
             buffer_dir: Some(PathBuf::from(format!("ubik-webhook-{table}"))),
+            buffer_given: false,
             table,
             max_rows: 10_000,
             max_bytes: 8 << 20,
@@ -148,8 +152,8 @@ impl WebhookConfig {
                     .ok_or_else(bad)
             };
             match k {
-                "buffer" if v == "memory" => c.buffer_dir = None,
-                "buffer" => c.buffer_dir = Some(PathBuf::from(v)),
+                "buffer" if v == "memory" => (c.buffer_dir, c.buffer_given) = (None, true),
+                "buffer" => (c.buffer_dir, c.buffer_given) = (Some(PathBuf::from(v)), true),
                 "max_rows" => c.max_rows = v.parse().map_err(|_| bad())?,
                 "max_bytes" => c.max_bytes = bytes(v).ok_or_else(bad)? as usize,
                 "max_interval" => c.max_interval = dur(v)?,

@@ -21,4 +21,4 @@ pub mod source;
 
 pub use config::WebhookConfig;
 pub use error::Error;
-pub use source::WebhookSource;
+pub use source::{BufferOwner, WebhookSource};

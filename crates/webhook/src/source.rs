@@ -7,6 +7,7 @@
 //! `max_bytes` bytes. The position is the offset of the next event;
 //! `commit` deletes segments a checkpoint covers.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -30,10 +31,51 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Who a webhook buffer belongs to: where it lives unless `buffer=` names a
+/// directory, and the identity of the pipeline that writes it. A buffer is
+/// replayed only by the pipeline that wrote it; another one is refused.
+#[derive(Debug, Clone)]
+pub struct BufferOwner {
+    pub default_dir: PathBuf,
+    pub identity: String,
+}
+
+/// The file in a buffer directory that names its pipeline.
+const OWNER_FILE: &str = "pipeline";
+
+/// Claims `dir` for `identity`, or refuses a buffer another pipeline wrote.
+fn claim(dir: &Path, identity: &str) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::Buffer(format!("cannot create {}: {e}", dir.display())))?;
+    let file = dir.join(OWNER_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(owner) if owner.trim() == identity => Ok(()),
+        Ok(owner) => Err(Error::Config(format!(
+            "the webhook buffer in {} was written by another pipeline (identity {}, this one is {identity}): replaying it would feed that pipeline's events into this one; give this pipeline its own buffer= directory (or --checkpoint), or delete that directory if its events are no longer needed",
+            dir.display(),
+            owner.trim()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join(format!("{OWNER_FILE}.tmp"));
+            std::fs::write(&tmp, identity)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &file)?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl WebhookSource {
     /// Replays the buffer and starts the HTTP endpoint.
-    pub fn open(url: &str) -> Result<Self, Error> {
-        let config = WebhookConfig::parse(url)?;
+    pub fn open(url: &str, owner: &BufferOwner) -> Result<Self, Error> {
+        let mut config = WebhookConfig::parse(url)?;
+        if !config.buffer_given {
+            config.buffer_dir = Some(owner.default_dir.clone());
+        }
+        if let Some(dir) = &config.buffer_dir {
+            claim(dir, &owner.identity)?;
+        }
         let (shared, writer) = buffer::open(config.buffer_dir.clone(), config.segment_bytes)?;
         if let Ok(mut idx) = shared.index.lock() {
             idx.wake_rows = config.max_rows as u64;
@@ -170,5 +212,24 @@ impl Source for WebhookSource {
 
     fn lag(&mut self) -> Option<u64> {
         self.shared.index.lock().ok().map(|i| i.unread_rows())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_is_replayed_only_by_the_pipeline_that_wrote_it() {
+        let dir = std::env::temp_dir().join(format!("ubik-claim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        claim(&dir, "aaaa").unwrap();
+        claim(&dir, "aaaa").unwrap();
+        let e = claim(&dir, "bbbb").unwrap_err().to_string();
+        assert!(
+            e.contains("another pipeline") && e.contains(&dir.display().to_string()),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
