@@ -22,7 +22,8 @@ step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - started) / 60)) $(((SECOND
 
 WORKSPACE=(--workspace --features ubik-cli/broker-tests)
 # clippy-driver as the compiler of the workspace's own crates, with -D warnings.
-RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) ||
+  { echo "test.sh: clippy is not installed (rustup component add clippy)" >&2; exit 1; }
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
