@@ -36,9 +36,11 @@ pub struct QueryArgs {
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
     /// Input schema: a column list ("merchant VARCHAR, ts TIMESTAMP, amount DOUBLE")
-    /// or @path to a JSON schema file. Inferred from the input when omitted.
+    /// or @path to a JSON schema file; NAME=... for the source named NAME
+    /// (repeatable). A PRIMARY KEY makes the source a versioned table for
+    /// temporal joins. Inferred from the input when omitted.
     #[arg(long)]
-    pub schema: Option<String>,
+    pub schema: Vec<String>,
     /// Watermark delay: rows this far out of order are not late (e.g. 5s).
     #[arg(long)]
     pub lateness: Option<String>,
@@ -64,8 +66,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub query: QueryArgs,
     /// Source: kafka://host:port/topic, webhook://host:port/path, file://path.jsonl, - (stdin), demo://orders.
+    /// Repeat as NAME=URL for several sources (one per table the query reads).
     #[arg(long)]
-    pub from: Option<String>,
+    pub from: Vec<String>,
     /// The source's SQL table name (default: the topic, the webhook path's last segment,
     /// or for files, stdin and demo the table the query reads).
     #[arg(long)]
@@ -115,9 +118,9 @@ pub struct RunArgs {
 pub struct ValidateArgs {
     #[command(flatten)]
     pub query: QueryArgs,
-    /// The source the query will read (names its table; may provide the schema).
+    /// The source the query will read (names its table; may provide the schema); repeatable as NAME=URL.
     #[arg(long)]
-    pub from: Option<String>,
+    pub from: Vec<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -148,20 +148,15 @@ fn run(settings: RunSettings) -> Result<()> {
 fn validate(args: ValidateArgs) -> Result<()> {
     let file = settings::load_file(&args.query)?;
     let sql = settings::resolve_sql(&args.query, &file)?;
-    let schema = settings::resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
-    let from = args.from.clone().or(file.from.clone());
-    if schema.is_none() && from.is_none() {
+    // Without a source a schema stands alone: the table is the one the query reads.
+    let sources = settings::source_specs(&args.from, &args.query.schema, None, &file, true)?;
+    if sources.is_empty() {
         return Err(anyhow!(
-            "validate needs the input schema: --schema \"col TYPE, ...\" (or @schema.json), or --from URL to read it from the source"
+            "validate needs the input schema: --schema \"col TYPE, ...\" (or @schema.json, or NAME=... per source), or --from URL to read it from the source"
         ));
     }
-    // Without a source the schema stands alone: the table is the one the query reads.
-    let mut source = match &from {
-        Some(url) => SourceSpec::parse(url)?,
-        None => SourceSpec::new(Endpoint::Stdin),
-    };
-    source.schema = schema;
-    let mut spec = PipelineSpec::new(sql, source);
+    let mut spec = PipelineSpec::new(sql, SourceSpec::new(Endpoint::Stdin));
+    spec.sources = sources;
     spec.settings = settings::query_settings(&args.query, &file)?;
     let plan = ubik_runtime::validate(spec)?;
     if args.json {
@@ -173,7 +168,7 @@ fn validate(args: ValidateArgs) -> Result<()> {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"source": plan.source.name, "kind": plan.kind_name(), "schema": fields, "key": plan.key_names()})
+            serde_json::json!({"source": plan.sources[0].name, "sources": plan.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), "kind": plan.kind_name(), "schema": fields, "key": plan.key_names()})
         );
     } else {
         println!("{plan}");

@@ -35,6 +35,19 @@ pub struct PipelineFile {
     /// librdkafka properties.
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
+    /// Named sources (`[sources.NAME]`), one per SQL table, beside or
+    /// instead of `from`.
+    #[serde(default)]
+    pub sources: BTreeMap<String, NamedSource>,
+}
+
+/// `[sources.NAME]`: a source whose SQL table is `NAME`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedSource {
+    pub from: String,
+    pub schema: Option<String>,
+    pub schema_file: Option<String>,
 }
 
 impl PipelineFile {
@@ -65,6 +78,17 @@ impl PipelineFile {
                 ));
             }
             file.schema = Some(format!("@{}", base.join(s).display()));
+        }
+        for (name, source) in &mut file.sources {
+            if let Some(s) = &source.schema_file {
+                if source.schema.is_some() {
+                    return Err(anyhow!(
+                        "{}: [sources.{name}]: give either schema or schema_file, not both",
+                        path.display()
+                    ));
+                }
+                source.schema = Some(format!("@{}", base.join(s).display()));
+            }
         }
         Ok(file)
     }

@@ -47,6 +47,109 @@ pub fn resolve_sql(query: &QueryArgs, file: &PipelineFile) -> Result<String> {
     }
 }
 
+/// The sources from `--from` (or the file's `from` and `[sources.NAME]`)
+/// with their schemas from `--schema` (or the file's). `validate` may give
+/// schemas alone (`schemas_alone`): each is then a source of its own.
+pub fn source_specs(
+    froms: &[String],
+    schemas: &[String],
+    table: Option<String>,
+    file: &PipelineFile,
+    schemas_alone: bool,
+) -> Result<Vec<SourceSpec>> {
+    let mut named: BTreeMap<String, String> = BTreeMap::new();
+    let mut unnamed: Option<String> = None;
+    let given: Vec<String> = if schemas.is_empty() {
+        file.schema.iter().cloned().collect()
+    } else {
+        schemas.to_vec()
+    };
+    for text in &given {
+        match ubik_runtime::spec::split_name(text) {
+            (Some(name), schema) => {
+                named.insert(name.to_string(), schema.to_string());
+            }
+            _ if unnamed.is_some() => bail!("--schema given twice without a name: write --schema NAME=\"...\" for each source"),
+            _ => unnamed = Some(text.clone()),
+        }
+    }
+    for (name, s) in &file.sources {
+        if let Some(schema) = &s.schema {
+            named.entry(name.clone()).or_insert_with(|| schema.clone());
+        }
+    }
+    let mut sources = Vec::new();
+    if froms.is_empty() {
+        if let Some(from) = &file.from {
+            sources.push(SourceSpec::parse_named(from)?);
+        }
+        for (name, s) in &file.sources {
+            let mut spec = SourceSpec::parse(&s.from)?;
+            spec.table = Some(name.clone());
+            sources.push(spec);
+        }
+    } else {
+        for from in froms {
+            sources.push(SourceSpec::parse_named(from)?);
+        }
+    }
+    if sources.is_empty() && schemas_alone {
+        // Schemas without sources (validate): one stand-in source each.
+        for (name, schema) in &named {
+            let mut spec = SourceSpec::new(ubik_runtime::Endpoint::Stdin);
+            spec.table = Some(name.clone());
+            spec.schema = resolve_schema(Some(schema))?;
+            sources.push(spec);
+        }
+        if let Some(schema) = unnamed.take() {
+            let mut spec = SourceSpec::new(ubik_runtime::Endpoint::Stdin);
+            spec.schema = resolve_schema(Some(&schema))?;
+            sources.push(spec);
+        }
+        return Ok(sources);
+    }
+    if sources.is_empty() {
+        bail!(
+            "no source: pass --from kafka://host:port/topic (or webhook://, file://, -, demo://orders), or --from NAME=URL once per table"
+        );
+    }
+    if let Some(t) = table.or(file.table.clone()) {
+        if sources.len() > 1 {
+            bail!("--table names the one source; with several, name each: --from NAME=URL");
+        }
+        sources[0].table = Some(t);
+    }
+    let several = sources.len() > 1;
+    for spec in &mut sources {
+        let name = spec.table.clone().or_else(|| spec.endpoint.own_table());
+        let schema = match name.as_deref().and_then(|n| named.remove(n)) {
+            Some(s) => Some(s),
+            None if several && unnamed.is_some() => bail!(
+                "with several sources, name the schema's source: --schema NAME=\"...\""
+            ),
+            None => unnamed.take(),
+        };
+        spec.schema = resolve_schema(schema.as_deref())?;
+    }
+    if let Some((name, _)) = named.into_iter().next() {
+        if several || unnamed.is_some() {
+            bail!("--schema {name}=...: no source is named {name} (name sources with --from NAME=URL)");
+        }
+        // One source and one named schema: the name is the source's table.
+        let mut text = None;
+        for s in given.iter().chain(file.sources.values().filter_map(|s| s.schema.as_ref())) {
+            if let (Some(n), v) = ubik_runtime::spec::split_name(s)
+                && n == name
+            {
+                text = Some(v.to_string());
+            }
+        }
+        sources[0].table.get_or_insert(name);
+        sources[0].schema = resolve_schema(text.as_deref())?;
+    }
+    Ok(sources)
+}
+
 pub fn resolve_schema(text: Option<&str>) -> Result<Option<SchemaRef>> {
     let Some(text) = text else { return Ok(None) };
     if let Some(path) = text.strip_prefix('@') {
@@ -137,14 +240,13 @@ fn kafka_properties(args: &RunArgs, file: &PipelineFile) -> Result<BTreeMap<Stri
 pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
     let file = load_file(&args.query)?;
     let sql = resolve_sql(&args.query, &file)?;
-    let from = args
-        .from
-        .clone()
-        .or(file.from.clone())
-        .ok_or_else(|| anyhow!("no source: pass --from kafka://host:port/topic (or webhook://, file://, -, demo://orders)"))?;
-    let mut source = SourceSpec::parse(&from)?;
-    source.table = args.table.clone().or(file.table.clone());
-    source.schema = resolve_schema(args.query.schema.as_deref().or(file.schema.as_deref()))?;
+    let sources = source_specs(
+        &args.from,
+        &args.query.schema,
+        args.table.clone(),
+        &file,
+        false,
+    )?;
 
     let mut settings = query_settings(&args.query, &file)?;
     let n = |v: Option<usize>| v.map(|n| n.to_string());
@@ -173,7 +275,8 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
         ],
     )?;
 
-    let mut spec = PipelineSpec::new(sql, source);
+    let mut spec = PipelineSpec::new(sql, SourceSpec::new(ubik_runtime::Endpoint::Stdin));
+    spec.sources = sources;
     spec.checkpoint = args
         .checkpoint
         .clone()

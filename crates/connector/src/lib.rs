@@ -27,6 +27,12 @@ mod source;
 pub mod time;
 
 pub use change::ChangeBatch;
+
+/// Schema metadata naming a source's primary key (its column names, comma
+/// separated). A source with a primary key is a versioned table: each row
+/// is the key's version from its event time on, and the engine joins it
+/// temporally rather than as a stream.
+pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
 pub use dead_letter::{DeadLetter, DeadLetterSink};
 pub use error::ConnectorError;
 pub use sink::{Sink, SinkRecord};

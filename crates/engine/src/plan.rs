@@ -74,7 +74,7 @@ impl Default for QueryOptions {
     }
 }
 
-/// The single source table a query reads.
+/// A source table a query reads.
 #[derive(Debug, Clone)]
 pub struct SourceTable {
     pub name: String,
@@ -167,7 +167,14 @@ pub enum QueryKind {
 #[derive(Debug, Clone)]
 pub struct QueryPlan {
     pub sql: String,
-    pub source: SourceTable,
+    /// The source tables, in the order the runtime numbers them (its
+    /// source index is the position here).
+    pub sources: Vec<SourceTable>,
+    /// The join the stage reads from, when the query joins two sources.
+    pub join: Option<JoinPlan>,
+    /// The schema of the rows the stage (`kind`) reads: the source's, or
+    /// the join's output (left columns, then right columns).
+    pub input_schema: SchemaRef,
     /// The exact schema of every result batch.
     pub output_schema: SchemaRef,
     /// Indices into `output_schema` of the changelog key, in SELECT order.
@@ -177,6 +184,18 @@ pub struct QueryPlan {
 }
 
 impl QueryPlan {
+    /// The position of table `name` among [`Self::sources`].
+    pub fn source_index(&self, name: &str) -> Option<usize> {
+        self.sources.iter().position(|s| s.name == name)
+    }
+
+    /// Whether output depends on the watermark (an aggregation, or a join
+    /// that emits as the watermark completes its pairs), so idle sources
+    /// must have their watermark advanced for results to appear.
+    pub fn uses_watermark(&self) -> bool {
+        self.join.is_some() || matches!(self.kind, QueryKind::Aggregate(_))
+    }
+
     pub fn key_names(&self) -> Vec<&str> {
         self.key_columns
             .iter()
@@ -212,7 +231,10 @@ impl QueryPlan {
     /// "windowed (TUMBLE)", "continuous", "pass-through".
     pub fn kind_name(&self) -> String {
         match &self.kind {
-            QueryKind::Passthrough(_) => "pass-through (append-only)".into(),
+            QueryKind::Passthrough(_) => match &self.join {
+                Some(j) => format!("{} (append-only)", j.kind.name()),
+                None => "pass-through (append-only)".into(),
+            },
             QueryKind::Aggregate(a) => match a.window {
                 Some(w) => format!("windowed ({}) aggregation", w.name()),
                 None => "continuous aggregation".into(),
@@ -223,8 +245,12 @@ impl QueryPlan {
 
 impl fmt::Display for QueryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "source: {}", self.source.name)?;
+        let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+        writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
+        if let (Some(j), QueryKind::Aggregate(_)) = (&self.join, &self.kind) {
+            writeln!(f, "over: {}", j.kind.name())?;
+        }
         writeln!(f, "schema:")?;
         for (i, field) in self.output_schema.fields().iter().enumerate() {
             let key = if self.key_columns.contains(&i) {
@@ -243,4 +269,69 @@ impl fmt::Display for QueryPlan {
         }
         write!(f, "key: [{}]", self.key_names().join(", "))
     }
+}
+
+/// How two inputs are matched.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum JoinKind {
+    /// Pairs whose event times satisfy `lo <= left.t - right.t <= hi` (µs).
+    Interval { lo: i64, hi: i64 },
+    /// Each stream row meets the version of the table row with its key that
+    /// was valid at the stream row's event time. `table` is the side (0
+    /// left, 1 right) of the versioned table.
+    Temporal { table: usize },
+}
+
+impl JoinKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            JoinKind::Interval { .. } => "interval join",
+            JoinKind::Temporal { .. } => "temporal join",
+        }
+    }
+}
+
+/// One input of a join: a source table, filtered and projected to the
+/// columns the join's schema has from this side.
+#[derive(Debug, Clone)]
+pub struct JoinSide {
+    /// Index into [`QueryPlan::sources`].
+    pub source: usize,
+    /// `WHERE` of the side's subquery, over the source schema.
+    pub filter: Option<PhysicalExprRef>,
+    /// The side's columns, over the source schema.
+    pub projection: Vec<PhysicalExprRef>,
+    /// Schema of the side's rows (the join input's schema).
+    pub schema: SchemaRef,
+    /// The side's event time, over the source schema.
+    pub event_time: PhysicalExprRef,
+    /// Index of the event-time column in the side's schema.
+    pub time_column: usize,
+    /// Equi-join keys, over the side's rows.
+    pub keys: Vec<PhysicalExprRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinPlan {
+    pub kind: JoinKind,
+    /// Unmatched rows of the left side are kept with nulls (LEFT JOIN).
+    pub left_outer: bool,
+    pub sides: [JoinSide; 2],
+    /// The rest of the ON condition, over the joined schema.
+    pub condition: Option<PhysicalExprRef>,
+    /// What the stage uses as each row's event time, and how far it can
+    /// trail the pair's completion.
+    pub row_time: JoinRowTime,
+}
+
+/// The event time the stage gives a joined row. A pair is complete (known
+/// for good) when the watermark passes the later of its two times; the
+/// stage's watermark trails the join's by `delay`, so every row of a
+/// window has been emitted before the window closes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JoinRowTime {
+    /// Which side's event time a joined row carries (0 left, 1 right).
+    pub side: usize,
+    /// How far that time can lie before the completion time (µs).
+    pub delay: i64,
 }

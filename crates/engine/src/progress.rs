@@ -43,6 +43,22 @@ impl PartitionProgress {
     }
 }
 
+/// Bits of a partition id that number the partition within its source; the
+/// bits above number the source. Source 0's ids are its partition numbers,
+/// so a one-source pipeline's ids (and checkpoints) are the partitions.
+pub const PARTITION_BITS: u32 = 24;
+
+/// The id of partition `partition` of source `source` (its index among the
+/// plan's sources), as the engine and checkpoints know it.
+pub fn partition_id(source: usize, partition: u32) -> u32 {
+    ((source as u32) << PARTITION_BITS) | (partition & ((1 << PARTITION_BITS) - 1))
+}
+
+/// The source index of a partition id.
+pub fn source_of(id: u32) -> usize {
+    (id >> PARTITION_BITS) as usize
+}
+
 /// Watermark state of every source partition of a query.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Progress {

@@ -14,16 +14,22 @@ use crate::error::{EngineError, Result};
 use crate::operator::continuous::ContinuousOperator;
 use crate::operator::emit::Emitter;
 use crate::operator::eval::{eval_array, eval_predicate};
+use crate::operator::join::{JoinOperator, Joined};
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
 use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
-use crate::progress::Progress;
-use crate::time::{MIN_TIME, to_micros};
+use crate::progress::{PartitionProgress, Progress, source_of};
+use crate::state::StateEntry;
+use crate::time::{MAX_TIME, MIN_TIME, to_micros};
+
+/// The partition joined rows are fed to the stage as.
+const JOINED_PARTITION: u32 = u32::MAX;
 
 pub struct Query {
     plan: Arc<QueryPlan>,
     operator: Option<Box<dyn Operator>>,
+    join: Option<JoinOperator>,
     progress: Progress,
     /// The global watermark the operator was last fired with.
     fired: i64,
@@ -44,7 +50,7 @@ impl Query {
             QueryKind::Aggregate(a) => {
                 let emitter =
                     Emitter::new(a, Arc::clone(&plan.output_schema), plan.key_columns.clone());
-                let schema = Arc::clone(&plan.source.schema);
+                let schema = Arc::clone(&plan.input_schema);
                 Some(match a.window {
                     Some(WindowSpec::Tumble { .. }) | Some(WindowSpec::Hop { .. }) => {
                         Box::new(WindowOperator::new(a, &plan.options, emitter, schema)?)
@@ -57,14 +63,20 @@ impl Query {
             }
         };
         let lateness = match &plan.kind {
+            _ if plan.join.is_some() => plan.options.lateness_us.max(0),
             QueryKind::Aggregate(a) if matches!(a.event_time, EventTime::Column(_)) => {
                 plan.options.lateness_us.max(0)
             }
             _ => 0,
         };
+        let join = match &plan.join {
+            Some(j) => Some(JoinOperator::new(j, Arc::clone(&plan.input_schema))?),
+            None => None,
+        };
         Ok(Self {
             plan,
             operator,
+            join,
             progress: Progress::new(lateness),
             fired: MIN_TIME,
         })
@@ -76,6 +88,7 @@ impl Query {
 
     /// Declares a source partition up front: until it reports progress it
     /// holds the global watermark back (as an unread Kafka partition must).
+    /// Partitions are numbered by [`crate::progress::partition_id`].
     pub fn add_partition(&mut self, partition: u32) {
         self.progress.partition(partition);
     }
@@ -89,15 +102,30 @@ impl Query {
         &self.progress
     }
 
-    /// Feeds a batch of source rows read from `partition`, in read order.
+    /// Feeds a batch of source rows read from `partition` (an id of
+    /// [`crate::progress::partition_id`], naming the source too), in read order.
     pub fn process(&mut self, partition: u32, batch: &RecordBatch, out: &mut Output) -> Result<()> {
-        self.check_schema(batch)?;
+        let source = source_of(partition);
+        self.check_schema(source, batch)?;
         let plan = Arc::clone(&self.plan);
+        if plan.join.is_some() {
+            return self.process_join(source, partition, batch, out);
+        }
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
             QueryKind::Aggregate(a) => {
-                let stamped =
-                    self.stamp(partition, batch, a.filter.as_deref(), &a.event_time, out)?;
+                let lateness = self.progress.lateness;
+                let stamped = stamp(
+                    self.progress.partition(partition),
+                    lateness,
+                    plan.options.max_future_us,
+                    partition,
+                    batch,
+                    a.filter.as_deref(),
+                    &a.event_time,
+                    false,
+                    out,
+                )?;
                 if let Some(stamped) = stamped {
                     self.operator
                         .as_mut()
@@ -139,10 +167,97 @@ impl Query {
         self.fire(out)
     }
 
+    /// Feeds source rows to every join side that reads `source`.
+    fn process_join(
+        &mut self,
+        source: usize,
+        partition: u32,
+        batch: &RecordBatch,
+        out: &mut Output,
+    ) -> Result<()> {
+        let plan = Arc::clone(&self.plan);
+        let Some(j) = &plan.join else {
+            return Ok(());
+        };
+        let before = *self.progress.partition(partition);
+        let lateness = self.progress.lateness;
+        let rejects_before = out.rejects.len();
+        let mut advanced = None;
+        for (s, side) in j.sides.iter().enumerate() {
+            if side.source != source {
+                continue;
+            }
+            // Both sides of a self-join judge rows against the same progress.
+            let mut progress: PartitionProgress = before;
+            let stamped = stamp(
+                &mut progress,
+                lateness,
+                plan.options.max_future_us,
+                partition,
+                batch,
+                side.filter.as_deref(),
+                &EventTime::Column(Arc::clone(&side.event_time)),
+                true,
+                out,
+            )?;
+            advanced.get_or_insert(progress);
+            let Some(stamped) = stamped else {
+                continue;
+            };
+            let columns = side
+                .projection
+                .iter()
+                .map(|e| eval_array(e.as_ref(), &stamped.batch))
+                .collect::<Result<Vec<_>>>()?;
+            let rows = RecordBatch::try_new_with_options(
+                Arc::clone(&side.schema),
+                columns,
+                &arrow::array::RecordBatchOptions::new()
+                    .with_row_count(Some(stamped.batch.num_rows())),
+            )?;
+            self.join
+                .as_mut()
+                .ok_or_else(|| EngineError::Internal("join operator missing".into()))?
+                .insert(s, rows, &stamped.times)?;
+        }
+        if let Some(p) = advanced {
+            *self.progress.partition(partition) = p;
+        }
+        // A row both sides of a self-join refused is reported once.
+        let mut seen = std::collections::HashSet::new();
+        let mut i = rejects_before;
+        while i < out.rejects.len() {
+            if seen.insert(out.rejects[i].row) {
+                i += 1;
+            } else {
+                out.rejects.remove(i);
+            }
+        }
+        self.fire(out)
+    }
+
     fn fire(&mut self, out: &mut Output) -> Result<()> {
         let wm = self.progress.global();
         if wm > self.fired {
             self.fired = wm;
+            if let Some(join) = self.join.as_mut() {
+                let joined = join.fire(wm)?;
+                let delay = self.plan.join.as_ref().map_or(0, |j| j.row_time.delay);
+                if let Some(joined) = joined {
+                    self.stage_joined(joined, delay, out)?;
+                }
+                // The stage's watermark trails the join's by the longest a
+                // row's time can lie before its pair's completion.
+                let stage_wm = if wm == MAX_TIME {
+                    MAX_TIME
+                } else {
+                    wm.saturating_sub(delay)
+                };
+                if let Some(op) = self.operator.as_mut() {
+                    op.handle_watermark(stage_wm, out)?;
+                }
+                return Ok(());
+            }
             if let Some(op) = self.operator.as_mut() {
                 op.handle_watermark(wm, out)?;
             }
@@ -150,8 +265,74 @@ impl Query {
         Ok(())
     }
 
-    fn check_schema(&self, batch: &RecordBatch) -> Result<()> {
-        let expected = &self.plan.source.schema;
+    /// Hands joined rows to the stage: a pass-through emits them; an
+    /// aggregation takes them stamped just before their completion, so no
+    /// joined row is ever late for it.
+    fn stage_joined(&mut self, joined: Joined, delay: i64, out: &mut Output) -> Result<()> {
+        let plan = Arc::clone(&self.plan);
+        match &plan.kind {
+            QueryKind::Passthrough(p) => self.passthrough(p, &joined.rows, out),
+            QueryKind::Aggregate(a) => {
+                let n = joined.rows.num_rows();
+                let keep = match &a.filter {
+                    Some(f) => Some(eval_predicate(f.as_ref(), &joined.rows)?),
+                    None => None,
+                };
+                let EventTime::Column(expr) = &a.event_time else {
+                    return Err(EngineError::Internal("a join stage without event time".into()));
+                };
+                let ts = to_micros(&eval_array(expr.as_ref(), &joined.rows)?)?;
+                let mut times = Vec::with_capacity(n);
+                let mut stamps = Vec::with_capacity(n);
+                let mut origin = Vec::with_capacity(n);
+                for i in 0..n {
+                    if keep.as_ref().is_some_and(|k| !k.value(i)) || ts.is_null(i) {
+                        continue;
+                    }
+                    times.push(ts.value(i));
+                    stamps.push(joined.completion[i].saturating_sub(delay));
+                    origin.push(i as u32);
+                }
+                if origin.is_empty() {
+                    return Ok(());
+                }
+                let batch = if origin.len() == n {
+                    joined.rows
+                } else {
+                    take_record_batch(&joined.rows, &UInt32Array::from(origin.clone()))?
+                };
+                let before = out.rejects.len();
+                self.operator
+                    .as_mut()
+                    .ok_or_else(|| EngineError::Internal("aggregate operator missing".into()))?
+                    .process_batch(
+                        StampedBatch {
+                            partition: JOINED_PARTITION,
+                            batch,
+                            times,
+                            stamps,
+                            origin,
+                        },
+                        out,
+                    )?;
+                if out.rejects.len() > before {
+                    return Err(EngineError::Internal(
+                        "the aggregation over a join refused a joined row".into(),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn check_schema(&self, source: usize, batch: &RecordBatch) -> Result<()> {
+        let Some(table) = self.plan.sources.get(source) else {
+            return Err(EngineError::Input(format!(
+                "rows of source {source}, but the query reads {} source(s)",
+                self.plan.sources.len()
+            )));
+        };
+        let expected = &table.schema;
         let got = batch.schema();
         let same = expected.fields().len() == got.fields().len()
             && expected
@@ -199,107 +380,20 @@ impl Query {
         Ok(())
     }
 
-    /// Applies WHERE, checks event times, and stamps each kept row with its
-    /// partition's watermark before it.
-    fn stamp(
-        &mut self,
-        partition: u32,
-        batch: &RecordBatch,
-        filter: Option<&dyn datafusion_physical_expr::PhysicalExpr>,
-        event_time: &EventTime,
-        out: &mut Output,
-    ) -> Result<Option<StampedBatch>> {
-        let n = batch.num_rows();
-        let lateness = self.progress.lateness;
-        let keep = match filter {
-            Some(f) => Some(eval_predicate(f, batch)?),
-            None => None,
-        };
-        let progress = self.progress.partition(partition);
-        let mut times = Vec::with_capacity(n);
-        let mut stamps = Vec::with_capacity(n);
-        let mut origin = Vec::with_capacity(n);
-        match event_time {
-            EventTime::Column(expr) => {
-                let ts = to_micros(&eval_array(expr.as_ref(), batch)?)?;
-                let limit = wall_clock_micros().saturating_add(self.plan.options.max_future_us);
-                let values = ts.values();
-                for i in 0..n {
-                    let kept = keep.as_ref().is_none_or(|k| k.value(i));
-                    if ts.is_null(i) {
-                        if kept {
-                            out.rejects.push(Reject {
-                                partition,
-                                row: i,
-                                reason: RejectReason::NullEventTime,
-                            });
-                        }
-                        continue;
-                    }
-                    let t = values[i];
-                    if t > limit {
-                        if kept {
-                            out.rejects.push(Reject {
-                                partition,
-                                row: i,
-                                reason: RejectReason::FutureEventTime {
-                                    event_time: t,
-                                    limit,
-                                },
-                            });
-                        }
-                        continue;
-                    }
-                    if kept {
-                        times.push(t);
-                        stamps.push(progress.watermark(lateness));
-                        origin.push(i as u32);
-                    }
-                    if t > progress.max_time {
-                        progress.max_time = t;
-                    }
-                }
-            }
-            EventTime::Ordinal => {
-                for i in 0..n {
-                    let ordinal = progress.rows as i64 + i as i64;
-                    if keep.as_ref().is_none_or(|k| k.value(i)) {
-                        times.push(ordinal);
-                        stamps.push(progress.watermark(0));
-                        origin.push(i as u32);
-                    }
-                    progress.max_time = ordinal;
-                }
-            }
-        }
-        progress.rows += n as u64;
-        if origin.is_empty() {
-            return Ok(None);
-        }
-        let rows = if origin.len() == n {
-            batch.clone()
-        } else if let Some(k) = keep.as_ref().filter(|k| k.true_count() == origin.len()) {
-            filter_record_batch(batch, k)?
-        } else {
-            take_record_batch(batch, &UInt32Array::from(origin.clone()))?
-        };
-        Ok(Some(StampedBatch {
-            partition,
-            batch: rows,
-            times,
-            stamps,
-            origin,
-        }))
-    }
-
     /// The state for a checkpoint, taken between batches.
     pub fn snapshot(&mut self) -> Result<QuerySnapshot> {
         Ok(QuerySnapshot {
             progress: self.progress.clone(),
             fired: self.fired,
-            operator: match self.operator.as_mut() {
-                Some(op) => op.handle_checkpoint()?,
-                None => Default::default(),
+            operator: {
+                let mut snapshot = match self.operator.as_mut() {
+                    Some(op) => op.handle_checkpoint()?,
+                    None => Default::default(),
+                };
+                if let Some(j) = &self.join {
+                    snapshot.batches.extend(j.snapshot()?);
+                }
+                snapshot
             },
         })
     }
@@ -308,17 +402,139 @@ impl Query {
     pub fn restore(&mut self, snapshot: QuerySnapshot) -> Result<()> {
         self.progress = snapshot.progress;
         self.fired = snapshot.fired;
+        let mut operator = snapshot.operator;
+        if let Some(j) = self.join.as_mut() {
+            let (sides, rest): (Vec<_>, Vec<_>) = operator
+                .batches
+                .into_iter()
+                .partition(|(e, _)| matches!(e, StateEntry::JoinSide(_)));
+            for (entry, batch) in sides {
+                if let StateEntry::JoinSide(side) = entry {
+                    j.restore(side as usize, batch)?;
+                }
+            }
+            j.skip_fired(self.fired);
+            operator.batches = rest;
+        }
         if let Some(op) = self.operator.as_mut() {
-            op.restore(snapshot.operator)?;
+            op.restore(operator)?;
         }
         Ok(())
     }
 
     pub fn state_size(&self) -> usize {
         self.operator.as_ref().map_or(0, |o| o.state_size())
+            + self.join.as_ref().map_or(0, |j| j.state_size())
     }
 
+    /// Keyed states (groups) held, plus the rows a join holds.
     pub fn state_keys(&self) -> usize {
         self.operator.as_ref().map_or(0, |o| o.state_keys())
+            + self.join.as_ref().map_or(0, |j| j.state_rows())
     }
+}
+
+/// Applies WHERE, checks event times, and stamps each kept row with its
+/// partition's watermark before it.
+#[allow(clippy::too_many_arguments)]
+fn stamp(
+    progress: &mut PartitionProgress,
+    lateness: i64,
+    max_future: i64,
+    partition: u32,
+    batch: &RecordBatch,
+    filter: Option<&dyn datafusion_physical_expr::PhysicalExpr>,
+    event_time: &EventTime,
+    reject_late: bool,
+    out: &mut Output,
+) -> Result<Option<StampedBatch>> {
+    let n = batch.num_rows();
+    let keep = match filter {
+        Some(f) => Some(eval_predicate(f, batch)?),
+        None => None,
+    };
+    let mut times = Vec::with_capacity(n);
+    let mut stamps = Vec::with_capacity(n);
+    let mut origin = Vec::with_capacity(n);
+    match event_time {
+        EventTime::Column(expr) => {
+            let ts = to_micros(&eval_array(expr.as_ref(), batch)?)?;
+            let limit = wall_clock_micros().saturating_add(max_future);
+            let values = ts.values();
+            for i in 0..n {
+                let kept = keep.as_ref().is_none_or(|k| k.value(i));
+                if ts.is_null(i) {
+                    if kept {
+                        out.rejects.push(Reject {
+                            partition,
+                            row: i,
+                            reason: RejectReason::NullEventTime,
+                        });
+                    }
+                    continue;
+                }
+                let t = values[i];
+                if t > limit {
+                    if kept {
+                        out.rejects.push(Reject {
+                            partition,
+                            row: i,
+                            reason: RejectReason::FutureEventTime {
+                                event_time: t,
+                                limit,
+                            },
+                        });
+                    }
+                    continue;
+                }
+                let watermark = progress.watermark(lateness);
+                if kept && reject_late && t < watermark {
+                    out.rejects.push(Reject {
+                        partition,
+                        row: i,
+                        reason: RejectReason::LateForJoin {
+                            event_time: t,
+                            watermark,
+                        },
+                    });
+                } else if kept {
+                    times.push(t);
+                    stamps.push(watermark);
+                    origin.push(i as u32);
+                }
+                if t > progress.max_time {
+                    progress.max_time = t;
+                }
+            }
+        }
+        EventTime::Ordinal => {
+            for i in 0..n {
+                let ordinal = progress.rows as i64 + i as i64;
+                if keep.as_ref().is_none_or(|k| k.value(i)) {
+                    times.push(ordinal);
+                    stamps.push(progress.watermark(0));
+                    origin.push(i as u32);
+                }
+                progress.max_time = ordinal;
+            }
+        }
+    }
+    progress.rows += n as u64;
+    if origin.is_empty() {
+        return Ok(None);
+    }
+    let rows = if origin.len() == n {
+        batch.clone()
+    } else if let Some(k) = keep.as_ref().filter(|k| k.true_count() == origin.len()) {
+        filter_record_batch(batch, k)?
+    } else {
+        take_record_batch(batch, &UInt32Array::from(origin.clone()))?
+    };
+    Ok(Some(StampedBatch {
+        partition,
+        batch: rows,
+        times,
+        stamps,
+        origin,
+    }))
 }

@@ -8,7 +8,10 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use sqlparser::ast::{DataType as SqlType, ExactNumberInfo, Statement, TimezoneInfo};
+use sqlparser::ast::{
+    ColumnOption, DataType as SqlType, ExactNumberInfo, Statement, TableConstraint, TimezoneInfo,
+};
+use ubik_connector::PRIMARY_KEY_METADATA;
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 
@@ -44,7 +47,41 @@ pub fn parse_column_list(text: &str) -> Result<SchemaRef> {
         })
         .collect::<Result<Vec<_>>>()?;
     check_unique(&fields)?;
-    Ok(Arc::new(Schema::new(fields)))
+    let mut key: Vec<String> = table
+        .columns
+        .iter()
+        .filter(|c| {
+            c.options
+                .iter()
+                .any(|o| matches!(o.option, ColumnOption::PrimaryKey(_)))
+        })
+        .map(|c| c.name.value.clone())
+        .collect();
+    for constraint in &table.constraints {
+        if let TableConstraint::PrimaryKey(pk) = constraint {
+            key.extend(pk.columns.iter().map(|c| c.column.expr.to_string()));
+        }
+    }
+    let schema = Schema::new(fields);
+    if key.is_empty() {
+        return Ok(Arc::new(schema));
+    }
+    if let Some(missing) = key.iter().find(|k| schema.field_with_name(k).is_err()) {
+        return Err(FormatError::Schema(format!(
+            "PRIMARY KEY names {missing}, which is not a column of {text:?}"
+        )));
+    }
+    let metadata = [(PRIMARY_KEY_METADATA.to_string(), key.join(","))].into();
+    Ok(Arc::new(schema.with_metadata(metadata)))
+}
+
+/// The primary key columns a schema declares (empty: none).
+pub fn primary_key(schema: &Schema) -> Vec<&str> {
+    schema
+        .metadata()
+        .get(PRIMARY_KEY_METADATA)
+        .map(|k| k.split(',').collect())
+        .unwrap_or_default()
 }
 
 /// Maps a SQL type name (as written in a column list) to Arrow.
@@ -208,12 +245,17 @@ fn all_timestamps(values: &[serde_json::Value], name: &str) -> bool {
 
 /// `name: TYPE` lines, as `ubik validate` prints schemas.
 pub fn describe(schema: &Schema) -> String {
-    schema
+    let mut text = schema
         .fields()
         .iter()
         .map(|f| format!("{} {}", f.name(), f.data_type()))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    let key = primary_key(schema);
+    if !key.is_empty() {
+        text.push_str(&format!(", PRIMARY KEY ({})", key.join(", ")));
+    }
+    text
 }
 
 #[cfg(test)]
@@ -230,6 +272,12 @@ mod tests {
         assert_eq!(s.field(4).data_type(), &DataType::Decimal128(10, 2));
         assert!(parse_column_list("a VARCHAR, a INT").is_err());
         assert!(parse_column_list("a NOPE").is_err());
+        let t = parse_column_list("id VARCHAR PRIMARY KEY, region VARCHAR, ts TIMESTAMP").unwrap();
+        assert_eq!(primary_key(&t), ["id"]);
+        assert!(describe(&t).ends_with("PRIMARY KEY (id)"));
+        let t = parse_column_list("a INT, b INT, PRIMARY KEY (a, b)").unwrap();
+        assert_eq!(primary_key(&t), ["a", "b"]);
+        assert!(parse_column_list("a INT, PRIMARY KEY (z)").is_err());
         let j = parse_json_schema(r#"{"merchant": "VARCHAR", "ts": "TIMESTAMP"}"#).unwrap();
         assert_eq!(j.field(0).name(), "merchant");
     }

@@ -223,18 +223,40 @@ pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
         checkpoint,
         kafka,
     } = spec;
-    if sources.len() != 1 {
-        return Err(RuntimeError::Config(format!(
-            "a pipeline reads one source today; {} were given",
-            sources.len()
-        )));
-    }
+    check_source_names(&sources)?;
     let opened = sources
         .into_iter()
         .map(|s| open_source(s, &sql, &settings, checkpoint.as_deref(), &kafka))
         .collect::<Result<Vec<_>>>()?;
     let dead_letters = open_dead_letters(dead_letters, &kafka)?;
     Pipeline::new(&sql, opened, &settings, checkpoint.as_deref(), dead_letters)
+}
+
+/// Several sources must each name their table, once.
+fn check_source_names(sources: &[SourceSpec]) -> Result<()> {
+    if sources.is_empty() {
+        return Err(RuntimeError::Config(
+            "no source: give one (--from URL) or several named ones (--from NAME=URL)".into(),
+        ));
+    }
+    if sources.len() == 1 {
+        return Ok(());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for s in sources {
+        let name = s.table.clone().or_else(|| s.endpoint.own_table()).ok_or_else(|| {
+            RuntimeError::Config(format!(
+                "with several sources each needs its table name: write --from NAME={:?}",
+                s.endpoint
+            ))
+        })?;
+        if !seen.insert(name.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "two sources are named `{name}`; give each its own NAME= (--from NAME=URL)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Opens everything: sources, dead letters, the pipeline, and its sink.
@@ -251,6 +273,7 @@ pub fn open(mut spec: PipelineSpec) -> Result<Opened> {
 /// declared one or, when none is declared, read from the source (its own
 /// or inferred from a sample), which opens it.
 pub fn validate(spec: PipelineSpec) -> Result<QueryPlan> {
+    check_source_names(&spec.sources)?;
     let options = spec.settings.query.clone();
     let mut tables = Vec::with_capacity(spec.sources.len());
     for source in spec.sources {

@@ -20,6 +20,7 @@ use ubik_connector::{
 };
 use ubik_engine::plan::{EventTime, QueryKind};
 use ubik_engine::query::Query;
+use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
 use ubik_engine::time::{MIN_TIME, next_tick};
 use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot};
 use ubik_format::RecordDecoder;
@@ -88,12 +89,33 @@ pub enum Step {
     Finished,
 }
 
-pub struct Pipeline {
-    query: Query,
+/// One opened source of a pipeline.
+struct Input {
+    table: String,
     source: Box<dyn Source>,
-    source_name: String,
+    /// How messages name it (its URL or path).
+    name: String,
     decoder: Box<dyn RecordDecoder>,
     schema: SchemaRef,
+    /// Its index among the plan's sources (the high bits of its partition ids).
+    index: usize,
+    /// Where it stood before the first poll (to rewind without a checkpoint).
+    initial_position: serde_json::Value,
+    /// It reported its end.
+    ended: bool,
+}
+
+impl Input {
+    fn id(&self, partition: u32) -> u32 {
+        partition_id(self.index, partition)
+    }
+}
+
+pub struct Pipeline {
+    query: Query,
+    inputs: Vec<Input>,
+    /// The input the next step polls (round-robin).
+    next_input: usize,
     policy: ErrorPolicy,
     dead_letters: Box<dyn DeadLetterSink>,
     store: Option<CheckpointStore>,
@@ -113,8 +135,6 @@ pub struct Pipeline {
     replay: VecDeque<IdleEvent>,
     restored_output: VecDeque<ChangeBatch>,
     finished: bool,
-    /// Where the source stood before the first poll (to rewind without a checkpoint).
-    initial_position: serde_json::Value,
     pub stats: Stats,
 }
 
@@ -129,43 +149,84 @@ impl Pipeline {
         checkpoint: Option<&Path>,
         dead_letters: Box<dyn DeadLetterSink>,
     ) -> Result<Self> {
-        let [opened]: [OpenedSource; 1] = sources.try_into().map_err(|v: Vec<_>| {
-            RuntimeError::Config(format!(
-                "a pipeline reads one source today; {} were given",
-                v.len()
-            ))
-        })?;
-        let OpenedSource {
-            table,
-            source,
-            schema,
-            decoder,
-        } = opened;
+        if sources.is_empty() {
+            return Err(RuntimeError::Config("a pipeline needs a source".into()));
+        }
         let options = settings.query.clone();
-        let plan = crate::connect::plan(
-            sql,
-            &[(table.clone(), Arc::clone(&schema))],
-            options.clone(),
-        )?;
-        let identity = json!({
-            "sql": sql,
-            "table": table,
-            "schema": describe(&schema),
-            "options": options,
-        });
+        let tables: Vec<(String, SchemaRef)> = sources
+            .iter()
+            .map(|s| (s.table.clone(), Arc::clone(&s.schema)))
+            .collect();
+        let plan = crate::connect::plan(sql, &tables, options.clone())?;
+        // One source keeps the identity of the one-source pipelines before
+        // it (their checkpoints and transactional ids stay valid).
+        let identity = match tables.as_slice() {
+            [(table, schema)] => json!({
+                "sql": sql,
+                "table": table,
+                "schema": describe(schema),
+                "options": options,
+            }),
+            several => json!({
+                "sql": sql,
+                "tables": several
+                    .iter()
+                    .map(|(t, s)| json!({"table": t, "schema": describe(s)}))
+                    .collect::<Vec<_>>(),
+                "options": options,
+            }),
+        };
         let fingerprint = fingerprint(&identity.to_string());
         let mut query = Query::new(plan)?;
-        for p in source.partitions() {
-            query.add_partition(p);
+        let mut inputs = Vec::with_capacity(sources.len());
+        for opened in sources {
+            let OpenedSource {
+                table,
+                source,
+                schema,
+                decoder,
+            } = opened;
+            let index = query.plan().source_index(&table).ok_or_else(|| {
+                RuntimeError::Config(format!(
+                    "source `{table}` is not read by the query; it reads {}",
+                    query
+                        .plan()
+                        .sources
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            for p in source.partitions() {
+                query.add_partition(partition_id(index, p));
+            }
+            inputs.push(Input {
+                name: source.describe(),
+                initial_position: source.position(),
+                table,
+                source,
+                decoder,
+                schema,
+                index,
+                ended: false,
+            });
         }
-        let source_name = source.describe();
-        let initial_position = source.position();
+        if let Some(missing) = query
+            .plan()
+            .sources
+            .iter()
+            .find(|s| !inputs.iter().any(|i| i.table == s.name))
+        {
+            return Err(RuntimeError::Config(format!(
+                "the query reads `{}` but no source was given for it",
+                missing.name
+            )));
+        }
         let mut pipeline = Self {
             query,
-            source,
-            source_name,
-            decoder,
-            schema,
+            inputs,
+            next_input: 0,
             policy: settings.on_error,
             dead_letters,
             store: None,
@@ -182,7 +243,6 @@ impl Pipeline {
             replay: VecDeque::new(),
             restored_output: VecDeque::new(),
             finished: false,
-            initial_position,
             stats: Stats::default(),
         };
         if let Some(dir) = checkpoint {
@@ -213,14 +273,16 @@ impl Pipeline {
                 self.identity
             )));
         }
-        if !self.source.replayable() {
+        if let Some(input) = self.inputs.iter().find(|i| !i.source.replayable()) {
             return Err(RuntimeError::Config(format!(
                 "{} cannot be replayed, so it cannot resume from the checkpoint in {}",
-                self.source_name,
+                input.name,
                 store.dir().display()
             )));
         }
-        self.source.seek(&m.source)?;
+        let idle = store.read_idle(m.epoch + 1)?;
+        let positions = m.source.clone();
+        self.seek_all(&positions)?;
         self.finished = false;
         let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
         let plan = self.query.plan().clone();
@@ -230,7 +292,7 @@ impl Pipeline {
         self.epoch = m.epoch;
         self.consumed = m.consumed.clone();
         self.emitted = m.emitted;
-        self.replay = store.read_idle(m.epoch + 1)?.into();
+        self.replay = idle.into();
         if let Some(p) = &loaded.pending {
             self.restored_output = decode_changes(&self.query.plan().output_schema, p)?.into();
         }
@@ -250,16 +312,19 @@ impl Pipeline {
         if self.resume(None)? {
             return Ok(());
         }
-        if !self.source.replayable() {
+        if let Some(input) = self.inputs.iter().find(|i| !i.source.replayable()) {
             return Err(RuntimeError::Config(format!(
                 "output was lost and {} cannot be replayed",
-                self.source_name
+                input.name
             )));
         }
-        self.source.seek(&self.initial_position)?;
         let mut query = Query::new(self.query.plan().clone())?;
-        for p in self.source.partitions() {
-            query.add_partition(p);
+        for input in &mut self.inputs {
+            input.source.seek(&input.initial_position)?;
+            input.ended = false;
+            for p in input.source.partitions() {
+                query.add_partition(input.id(p));
+            }
         }
         self.query = query;
         self.consumed.clear();
@@ -272,7 +337,44 @@ impl Pipeline {
     /// A clean shutdown begins: the source stops taking in records and hands
     /// out what it holds. True if there is something to drain.
     pub fn begin_drain(&mut self) -> bool {
-        self.source.begin_drain()
+        let mut any = false;
+        for input in &mut self.inputs {
+            any |= input.source.begin_drain();
+        }
+        any
+    }
+
+    /// The read position of every source: the source's own for one, an
+    /// object by table for several.
+    fn positions(&self) -> serde_json::Value {
+        match self.inputs.as_slice() {
+            [one] => one.source.position(),
+            several => serde_json::Value::Object(
+                several
+                    .iter()
+                    .map(|i| (i.table.clone(), i.source.position()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Moves every source to its position in `positions` (see [`Self::positions`]).
+    fn seek_all(&mut self, positions: &serde_json::Value) -> Result<()> {
+        if let [one] = self.inputs.as_mut_slice() {
+            one.ended = false;
+            return Ok(one.source.seek(positions)?);
+        }
+        for input in &mut self.inputs {
+            let at = positions.get(&input.table).ok_or_else(|| {
+                RuntimeError::Checkpoint(format!(
+                    "the checkpoint has no position for source `{}`",
+                    input.table
+                ))
+            })?;
+            input.source.seek(at)?;
+            input.ended = false;
+        }
+        Ok(())
     }
 
     /// Identity of this pipeline (query, schema, options): stable across
@@ -283,19 +385,28 @@ impl Pipeline {
 
     /// Asks the source for its lag (records behind), for reporting.
     pub fn lag(&mut self) -> Option<u64> {
-        self.source.lag()
+        self.inputs
+            .iter_mut()
+            .filter_map(|i| i.source.lag())
+            .reduce(|a, b| a + b)
     }
 
     pub fn plan(&self) -> &QueryPlan {
         self.query.plan()
     }
 
+    /// The schema of the first source.
     pub fn schema(&self) -> &SchemaRef {
-        &self.schema
+        &self.inputs[0].schema
     }
 
-    pub fn source_name(&self) -> &str {
-        &self.source_name
+    /// The sources, as messages name them.
+    pub fn source_name(&self) -> String {
+        self.inputs
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn epoch(&self) -> u64 {
@@ -333,21 +444,53 @@ impl Pipeline {
         if self.finished {
             return Ok(Step::Finished);
         }
-        let event = self.source.poll(self.batch_size, self.poll_timeout)?;
+        let several = self.inputs.len() > 1;
+        let i = self.pick_input();
+        // With several sources, one idle source must not hold the others up.
+        let timeout = if several {
+            self.poll_timeout.min(Duration::from_millis(10))
+        } else {
+            self.poll_timeout
+        };
+        let event = self.inputs[i].source.poll(self.batch_size, timeout)?;
         let step = match event {
             SourceEvent::Chunk(chunk) => {
-                self.on_chunk(chunk, out)?;
+                self.on_chunk(i, chunk, out)?;
                 Step::Data
             }
             SourceEvent::PartitionEnd(p) => {
-                self.replay_until(p, u64::MAX, out)?;
-                self.query.end_partition(p, out)?;
+                let id = self.inputs[i].id(p);
+                self.replay_until(id, u64::MAX, out)?;
+                self.query.end_partition(id, out)?;
                 Step::Data
             }
-            SourceEvent::End => {
+            SourceEvent::End if !several => {
                 self.query.finish(out)?;
                 self.finished = true;
                 Step::Finished
+            }
+            SourceEvent::End => {
+                self.inputs[i].ended = true;
+                let index = self.inputs[i].index;
+                let ids: Vec<u32> = self
+                    .query
+                    .progress()
+                    .partitions
+                    .keys()
+                    .copied()
+                    .filter(|&id| source_of(id) == index)
+                    .collect();
+                for id in ids {
+                    self.replay_until(id, u64::MAX, out)?;
+                    self.query.end_partition(id, out)?;
+                }
+                if self.inputs.iter().all(|i| i.ended) {
+                    self.query.finish(out)?;
+                    self.finished = true;
+                    Step::Finished
+                } else {
+                    Step::Data
+                }
             }
             SourceEvent::Idle => {
                 self.on_idle(out)?;
@@ -359,8 +502,21 @@ impl Pipeline {
         Ok(step)
     }
 
-    fn on_chunk(&mut self, chunk: Chunk, out: &mut Output) -> Result<()> {
-        let p = chunk.partition;
+    /// The next input to poll: round-robin over those that have not ended.
+    fn pick_input(&mut self) -> usize {
+        let n = self.inputs.len();
+        for k in 0..n {
+            let i = (self.next_input + k) % n;
+            if !self.inputs[i].ended {
+                self.next_input = (i + 1) % n;
+                return i;
+            }
+        }
+        0
+    }
+
+    fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
+        let p = self.inputs[input].id(chunk.partition);
         let n = chunk.payload.len() as u64;
         self.stats.records_in += n;
         self.last_data.insert(p, Instant::now());
@@ -368,15 +524,16 @@ impl Pipeline {
             Payload::Bytes { data, .. } => {
                 self.stats.bytes_in += data.len() as u64;
                 let records = chunk.payload.records();
-                let decoded = self.decoder.decode(&records)?;
+                let decoded = self.inputs[input].decoder.decode(&records)?;
                 for bad in &decoded.bad {
                     self.stats.decode_errors += 1;
                     let pos = chunk.positions.get(bad.index).copied();
+                    let source_name = &self.inputs[input].name;
                     let place = match pos {
                         Some(pos) => {
-                            format!("{} {pos} of {}", chunk.position_name, self.source_name)
+                            format!("{} {pos} of {source_name}", chunk.position_name)
                         }
-                        None => self.source_name.clone(),
+                        None => source_name.clone(),
                     };
                     match self.policy {
                         ErrorPolicy::Fail => {
@@ -393,8 +550,8 @@ impl Pipeline {
                             self.dead_letters.write(&DeadLetter {
                                 reason: "decode",
                                 message: &bad.message,
-                                source: &self.source_name,
-                                partition: p,
+                                source: &self.inputs[input].name,
+                                partition: chunk.partition,
                                 position: pos.map(|x| (x, chunk.position_name)),
                                 record: chunk.payload.record(bad.index),
                             })?;
@@ -409,7 +566,7 @@ impl Pipeline {
                 (decoded.batch, record_of)
             }
             Payload::Arrow(b) => {
-                let b = conform(b, &self.schema)?;
+                let b = conform(b, &self.inputs[input].schema)?;
                 let ids = (0..b.num_rows() as u32).collect();
                 (b, ids)
             }
@@ -425,12 +582,20 @@ impl Pipeline {
         {
             let k = ev.position.saturating_sub(base);
             let upto = record_of.partition_point(|&r| (r as u64) < k);
-            self.feed(p, &batch, row, upto, &chunk, &record_of, out)?;
+            self.feed(p, &batch, row, upto, (&chunk, input), &record_of, out)?;
             self.query.push_watermark(p, ev.watermark, out)?;
             self.replay.pop_front();
             row = upto;
         }
-        self.feed(p, &batch, row, batch.num_rows(), &chunk, &record_of, out)?;
+        self.feed(
+            p,
+            &batch,
+            row,
+            batch.num_rows(),
+            (&chunk, input),
+            &record_of,
+            out,
+        )?;
         self.consumed.insert(p, base + n);
         Ok(())
     }
@@ -442,7 +607,7 @@ impl Pipeline {
         batch: &RecordBatch,
         from: usize,
         to: usize,
-        chunk: &Chunk,
+        chunk: (&Chunk, usize),
         record_of: &[u32],
         out: &mut Output,
     ) -> Result<()> {
@@ -457,7 +622,7 @@ impl Pipeline {
         let before = out.rejects.len();
         self.query.process(p, &slice, out)?;
         if out.rejects.len() > before {
-            self.dead_letter_rejects(out, Some((chunk, record_of, from)))?;
+            self.dead_letter_rejects(out, Some((chunk.0, chunk.1, record_of, from)))?;
         }
         Ok(())
     }
@@ -466,7 +631,7 @@ impl Pipeline {
     fn dead_letter_rejects(
         &mut self,
         out: &mut Output,
-        chunk: Option<(&Chunk, &[u32], usize)>,
+        chunk: Option<(&Chunk, usize, &[u32], usize)>,
     ) -> Result<()> {
         for r in out.rejects.drain(..) {
             self.stats.dead_letters += 1;
@@ -474,8 +639,9 @@ impl Pipeline {
                 self.stats.late_rows += 1;
             }
             let message = r.reason.to_string();
+            let input = &self.inputs[chunk.map_or(source_of(r.partition).min(self.inputs.len() - 1), |c| c.1)];
             let (position, record) = match chunk {
-                Some((c, record_of, offset)) => {
+                Some((c, _, record_of, offset)) => {
                     let idx = record_of.get(r.row + offset).map(|&i| i as usize);
                     (
                         idx.and_then(|i| c.positions.get(i).map(|&x| (x, c.position_name))),
@@ -487,8 +653,8 @@ impl Pipeline {
             self.dead_letters.write(&DeadLetter {
                 reason: r.reason.code(),
                 message: &message,
-                source: &self.source_name,
-                partition: r.partition,
+                source: &input.name,
+                partition: r.partition & ((1 << PARTITION_BITS) - 1),
                 position,
                 record,
             })?;
@@ -528,9 +694,13 @@ impl Pipeline {
         }
         let now = Instant::now();
         let progress = self.query.progress().clone();
+        if !self.query.plan().uses_watermark() {
+            return Ok(());
+        }
         let event_time = match &self.query.plan().kind {
+            _ if self.query.plan().join.is_some() => true,
             QueryKind::Aggregate(a) => matches!(a.event_time, EventTime::Column(_)),
-            QueryKind::Passthrough(_) => return Ok(()),
+            QueryKind::Passthrough(_) => false,
         };
         let lateness = progress.lateness;
         let grid = self.query.plan().options.emit_every_rows.max(1);
@@ -604,7 +774,7 @@ impl Pipeline {
         let snapshot = self.query.snapshot()?;
         let state = snapshot.encode()?;
         let epoch = self.epoch + 1;
-        let position = self.source.position();
+        let position = self.positions();
         let mut pending_all: Vec<ChangeBatch> = pending.to_vec();
         pending_all.extend(self.restored_output.iter().cloned());
         let pending_bytes = if pending_all.is_empty() {
@@ -633,7 +803,16 @@ impl Pipeline {
         store.write(&manifest, &state, pending_bytes.as_deref())?;
         store.truncate_idle(epoch + 1)?;
         self.epoch = epoch;
-        self.source.commit(&position)?;
+        match self.inputs.as_mut_slice() {
+            [one] => one.source.commit(&position)?,
+            several => {
+                for input in several {
+                    if let Some(at) = position.get(&input.table) {
+                        input.source.commit(at)?;
+                    }
+                }
+            }
+        }
         self.stats.checkpoints += 1;
         self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
         self.stats.state_bytes = state.len() as u64;

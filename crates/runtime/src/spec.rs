@@ -132,6 +132,30 @@ impl SourceSpec {
     pub fn parse(url: &str) -> Result<Self> {
         Ok(Self::new(Endpoint::parse(url)?))
     }
+
+    /// A source from `NAME=URL` (named: the SQL table `NAME`) or `URL`.
+    pub fn parse_named(text: &str) -> Result<Self> {
+        let (name, url) = split_name(text);
+        let mut spec = Self::parse(url)?;
+        spec.table = name.map(str::to_string);
+        Ok(spec)
+    }
+}
+
+/// Splits `NAME=VALUE` into its name and value; text without a leading
+/// SQL-identifier-like name before `=` (a URL, a column list) is all value.
+pub fn split_name(text: &str) -> (Option<&str>, &str) {
+    if let Some((name, value)) = text.split_once('=') {
+        let mut chars = name.chars();
+        let identifier = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if identifier {
+            return (Some(name), value);
+        }
+    }
+    (None, text)
 }
 
 /// Where the changelog goes.

@@ -11,12 +11,13 @@ use sqlparser::ast::{Expr, SetExpr, Statement, UnaryOperator, Value};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
 use ubik_engine::QueryPlan;
+use ubik_engine::progress::partition_id;
 use ubik_format::json::JsonDecoder;
 use ubik_format::schema::sql_type;
 use ubik_runtime::Settings;
 
 use crate::Error;
-use crate::harness::{Feed, Record, chunks, run_with_rejects};
+use crate::harness::{Feed, Record, run_with_rejects};
 
 struct Table {
     schema: SchemaRef,
@@ -29,6 +30,8 @@ struct Table {
 #[derive(Default)]
 pub struct StreamDb {
     tables: BTreeMap<String, Table>,
+    /// Every inserted row in arrival order, as (table, row index in it).
+    arrivals: Vec<(String, usize)>,
     settings: Settings,
     /// `SET dead_letters = 'show'`: list rejected rows after the changelog.
     show_dead_letters: bool,
@@ -106,6 +109,7 @@ impl StreamDb {
             for (c, e) in columns.iter().zip(row.iter()) {
                 obj.insert(c.clone(), literal(e)?);
             }
+            self.arrivals.push((name.clone(), table.rows.len()));
             table.rows.push(serde_json::Value::Object(obj).to_string());
             table.partitions.push(partition);
         }
@@ -140,15 +144,32 @@ impl StreamDb {
             .map(|(name, t)| (name.clone(), Arc::clone(&t.schema)))
             .collect();
         let plan = ubik_runtime::connect::plan(sql, &tables, self.settings.query.clone())?;
-        let table = &self.tables[&plan.source.name];
-        let mut decoder = JsonDecoder::new(Arc::clone(&table.schema))?;
-        let records: Vec<&[u8]> = table.rows.iter().map(|r| r.as_bytes()).collect();
-        let decoded = decoder.decode(&records)?;
-        if !decoded.bad.is_empty() {
-            return Err(Error::Other(format!("bad rows: {:?}", decoded.bad)));
+        let mut batches = Vec::with_capacity(plan.sources.len());
+        for source in &plan.sources {
+            let table = &self.tables[&source.name];
+            let mut decoder = JsonDecoder::new(Arc::clone(&table.schema))?;
+            let records: Vec<&[u8]> = table.rows.iter().map(|r| r.as_bytes()).collect();
+            let decoded = decoder.decode(&records)?;
+            if !decoded.bad.is_empty() {
+                return Err(Error::Other(format!("bad rows: {:?}", decoded.bad)));
+            }
+            batches.push(decoded.batch);
         }
-        let batch = decoded.batch;
-        let layouts = layouts(&batch, &table.partitions)?;
+        // The rows of the query's sources in arrival order: (partition id, source, row).
+        let arrivals: Vec<Arrival> = self
+            .arrivals
+            .iter()
+            .filter_map(|(name, row)| {
+                let source = plan.source_index(name)?;
+                let p = self.tables[name].partitions[*row];
+                Some(Arrival {
+                    id: partition_id(source, p),
+                    source,
+                    row: *row,
+                })
+            })
+            .collect();
+        let layouts = layouts(&batches, &arrivals)?;
         let (reference, reference_rejects) = layouts[0].run(&plan, None)?;
         // The same input, batched differently, with partitions interleaved
         // differently, and resumed from a checkpoint in the middle, must give
@@ -173,11 +194,15 @@ impl StreamDb {
             .map(|r| row_of(&plan, r))
             .collect::<Result<_, _>>()?;
         if self.show_dead_letters {
-            rows.extend(
-                reference_rejects
-                    .iter()
-                    .map(|(row, code)| vec!["!".into(), code.to_string(), row.to_string()]),
-            );
+            let several = plan.sources.len() > 1;
+            rows.extend(reference_rejects.iter().map(|(source, row, code)| {
+                let at = if several {
+                    format!("{}#{row}", plan.sources[*source].name)
+                } else {
+                    row.to_string()
+                };
+                vec!["!".into(), code.to_string(), at]
+            }));
         }
         Ok(DBOutput::Rows {
             types: vec![DefaultColumnType::Any; plan.output_schema.fields().len() + 1],
@@ -186,31 +211,64 @@ impl StreamDb {
     }
 }
 
-/// A rejected row: its index in the table, and the reason code.
-type DeadLetter = (usize, &'static str);
+/// A rejected row: its source, its index in that source's table, and the reason code.
+type DeadLetter = (usize, usize, &'static str);
 
 /// A changelog and its dead letters.
 type Outcome = (Vec<Record>, Vec<DeadLetter>);
 
-/// Feeds of each partition, with the table row index of each feed's rows.
-type PartitionFeeds = Vec<Vec<(Feed, Vec<usize>)>>;
+/// One inserted row of a source the query reads.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    /// Its partition id (source and partition).
+    id: u32,
+    source: usize,
+    /// Its index in its source's table.
+    row: usize,
+}
 
-/// One way of feeding a table's rows to a query: feeds in order, and for
-/// each feed the table row index of each of its rows.
+/// One way of feeding the rows to a query: feeds in order, and for each
+/// feed its rows as (source, row index in that source's table).
 struct Layout {
     name: String,
     feeds: Vec<Feed>,
-    origins: Vec<Vec<usize>>,
+    origins: Vec<Vec<(usize, usize)>>,
 }
 
 impl Layout {
+    fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            feeds: Vec::new(),
+            origins: Vec::new(),
+        }
+    }
+
+    /// Appends `rows` (all of one partition id) as feeds of `size` rows.
+    fn push(&mut self, batches: &[RecordBatch], rows: &[Arrival], size: usize) -> Result<(), Error> {
+        for part in rows.chunks(size.max(1)) {
+            let source = part[0].source;
+            let idx = UInt32Array::from_iter_values(part.iter().map(|a| a.row as u32));
+            self.feeds.push(Feed {
+                partition: part[0].id,
+                batch: take_record_batch(&batches[source], &idx)?,
+            });
+            self.origins
+                .push(part.iter().map(|a| (a.source, a.row)).collect());
+        }
+        Ok(())
+    }
+
     /// The changelog, and the rejected rows in row order.
     fn run(&self, plan: &QueryPlan, restore: Option<usize>) -> Result<Outcome, Error> {
         let out = run_with_rejects(plan, &self.feeds, restore)?;
         let mut rejects: Vec<DeadLetter> = out
             .rejects
             .iter()
-            .map(|(feed, r)| (self.origins[*feed][r.row], r.reason.code()))
+            .map(|(feed, r)| {
+                let (source, row) = self.origins[*feed][r.row];
+                (source, row, r.reason.code())
+            })
             .collect();
         rejects.sort_unstable();
         Ok((out.records, rejects))
@@ -218,81 +276,51 @@ impl Layout {
 }
 
 /// The layouts a query runs with. The first (the reference) feeds each run
-/// of consecutive rows of one partition as one batch, in insertion order;
+/// of consecutive rows of one partition as one batch, in arrival order;
 /// the others batch the same runs in 1, 2, 3 and 7 rows; with several
-/// partitions, also each partition's rows in turn (ascending, then
-/// descending) and round-robin one row at a time.
-fn layouts(batch: &RecordBatch, partitions: &[u32]) -> Result<Vec<Layout>, Error> {
-    let n = batch.num_rows();
-    let mut runs: Vec<(u32, usize, usize)> = Vec::new();
-    for (i, &p) in partitions.iter().enumerate() {
-        match runs.last_mut() {
-            Some((q, _, len)) if *q == p => *len += 1,
-            _ => runs.push((p, i, 1)),
+/// partitions (of one source or several), also each partition's rows in
+/// turn (ascending, then descending) and round-robin one row at a time.
+fn layouts(batches: &[RecordBatch], arrivals: &[Arrival]) -> Result<Vec<Layout>, Error> {
+    let runs: Vec<&[Arrival]> = arrivals.chunk_by(|a, b| a.id == b.id).collect();
+    let sliced = |name: String, size: Option<usize>| -> Result<Layout, Error> {
+        let mut layout = Layout::new(name);
+        for run in &runs {
+            layout.push(batches, run, size.unwrap_or(run.len()))?;
         }
-    }
-    let sliced = |name: String, size: usize| {
-        let mut layout = Layout {
-            name,
-            feeds: Vec::new(),
-            origins: Vec::new(),
-        };
-        for &(p, start, len) in &runs {
-            let mut row = start;
-            for f in chunks(&batch.slice(start, len), p, size.min(len)) {
-                let rows = f.batch.num_rows();
-                layout.origins.push((row..row + rows).collect());
-                layout.feeds.push(f);
-                row += rows;
-            }
-        }
-        layout
+        Ok(layout)
     };
-    let mut out = vec![sliced("the reference batching".into(), n.max(1))];
+    let mut out = vec![sliced("the reference batching".into(), None)?];
     for size in [1, 2, 3, 7] {
-        out.push(sliced(format!("batch size {size}"), size));
+        out.push(sliced(format!("batch size {size}"), Some(size))?);
     }
-    let mut ids: Vec<u32> = partitions.to_vec();
+    let mut ids: Vec<u32> = arrivals.iter().map(|a| a.id).collect();
     ids.sort_unstable();
     ids.dedup();
     if ids.len() > 1 {
-        // Per partition: its rows in order, as feeds of `size` rows.
-        let per = |size: usize| -> Result<PartitionFeeds, Error> {
-            ids.iter()
-                .map(|&p| {
-                    let idx: Vec<usize> = (0..n).filter(|&i| partitions[i] == p).collect();
-                    let rows = take_record_batch(
-                        batch,
-                        &UInt32Array::from_iter_values(idx.iter().map(|&i| i as u32)),
-                    )?;
-                    Ok(chunks(&rows, p, size)
-                        .into_iter()
-                        .zip(idx.chunks(size).map(<[usize]>::to_vec))
-                        .collect())
-                })
-                .collect()
+        let of = |id: u32| -> Vec<Arrival> {
+            arrivals.iter().filter(|a| a.id == id).copied().collect()
         };
-        let flat = |name: &str, parts: PartitionFeeds| {
-            let (feeds, origins) = parts.into_iter().flatten().unzip();
-            Layout {
-                name: name.into(),
-                feeds,
-                origins,
-            }
-        };
-        out.push(flat("partitions in turn, ascending", per(2)?));
-        let mut desc = per(3)?;
-        desc.reverse();
-        out.push(flat("partitions in turn, descending", desc));
-        let mut queues: Vec<std::collections::VecDeque<(Feed, Vec<usize>)>> =
-            per(1)?.into_iter().map(Into::into).collect();
-        let mut round_robin = Vec::new();
+        let mut asc = Layout::new("partitions in turn, ascending");
+        for &id in &ids {
+            asc.push(batches, &of(id), 2)?;
+        }
+        out.push(asc);
+        let mut desc = Layout::new("partitions in turn, descending");
+        for &id in ids.iter().rev() {
+            desc.push(batches, &of(id), 3)?;
+        }
+        out.push(desc);
+        let mut queues: Vec<std::collections::VecDeque<Arrival>> =
+            ids.iter().map(|&id| of(id).into()).collect();
+        let mut round_robin = Layout::new("partitions round-robin");
         while queues.iter().any(|q| !q.is_empty()) {
             for q in queues.iter_mut() {
-                round_robin.extend(q.pop_front());
+                if let Some(a) = q.pop_front() {
+                    round_robin.push(batches, &[a], 1)?;
+                }
             }
         }
-        out.push(flat("partitions round-robin", vec![round_robin]));
+        out.push(round_robin);
     }
     Ok(out)
 }

@@ -4,6 +4,7 @@
 pub mod continuous;
 pub mod emit;
 pub mod eval;
+pub mod join;
 pub mod session;
 
 pub mod window;
@@ -23,6 +24,9 @@ pub enum RejectReason {
     NullEventTime,
     /// The event time is further ahead of the wall clock than allowed.
     FutureEventTime { event_time: i64, limit: i64 },
+    /// A join row before its partition's watermark: the join has already
+    /// emitted the pairs up to there.
+    LateForJoin { event_time: i64, watermark: i64 },
 }
 
 impl std::fmt::Display for RejectReason {
@@ -43,6 +47,15 @@ impl std::fmt::Display for RejectReason {
                 ts(*watermark)
             ),
             RejectReason::NullEventTime => write!(f, "the event-time column is null"),
+            RejectReason::LateForJoin {
+                event_time,
+                watermark,
+            } => write!(
+                f,
+                "late row: its event time {} is before its partition's watermark ({}), and the join has emitted its pairs up to there; raise --lateness to wait longer for out-of-order rows",
+                ts(*event_time),
+                ts(*watermark)
+            ),
             RejectReason::FutureEventTime { event_time, limit } => write!(
                 f,
                 "event time {} is too far in the future (limit {}); raise --max-future if the clock is right",
@@ -57,7 +70,7 @@ impl RejectReason {
     /// A short machine-readable code (dead-letter headers, metrics labels).
     pub fn code(&self) -> &'static str {
         match self {
-            RejectReason::TooLate { .. } => "late",
+            RejectReason::TooLate { .. } | RejectReason::LateForJoin { .. } => "late",
             RejectReason::NullEventTime => "null_event_time",
             RejectReason::FutureEventTime { .. } => "future_event_time",
         }

@@ -2,7 +2,9 @@
 
 pub mod context;
 pub mod functions;
+pub mod join;
 pub mod planner;
+pub mod versioned;
 
 pub use context::Catalog;
 pub use planner::plan_query;
@@ -13,9 +15,10 @@ use std::ops::ControlFlow;
 /// errors: a query that does not parse references nothing).
 pub fn referenced_tables(sql: &str) -> Vec<String> {
     use datafusion_sql::sqlparser::ast::Visit;
+    let (sql, _) = versioned::strip_versions(sql);
     let Ok(statements) = datafusion_sql::sqlparser::parser::Parser::parse_sql(
         &datafusion_sql::sqlparser::dialect::GenericDialect {},
-        sql,
+        &sql,
     ) else {
         return Vec::new();
     };

@@ -25,6 +25,7 @@ use datafusion_sql::sqlparser::dialect::GenericDialect;
 
 use super::context::{Catalog, PlanningContext};
 use super::functions::{WINDOW_END, WindowFunction};
+use super::join;
 use crate::error::{EngineError, Result, SqlPosition};
 use crate::plan::*;
 use crate::time::{interval_micros, window_type};
@@ -35,8 +36,11 @@ pub const WINDOW_END_COLUMN: &str = "__ubik_window_end";
 /// Plans `sql` against the tables of `catalog`.
 pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result<QueryPlan> {
     let ctx = PlanningContext::new(catalog);
-    let logical = logical_plan(sql, &ctx)?;
-    Lowering::new(sql, options).lower(&logical)
+    let (text, versioned) = super::versioned::strip_versions(sql);
+    let logical = logical_plan(&text, &ctx)?;
+    let mut lowering = Lowering::new(sql, options);
+    lowering.versioned = versioned;
+    lowering.lower(&logical)
 }
 
 fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
@@ -168,21 +172,23 @@ fn hint_for(message: &str) -> Option<String> {
     None
 }
 
-struct Lowering {
+pub(super) struct Lowering {
     sql: String,
-    options: QueryOptions,
+    pub(super) options: QueryOptions,
     props: ExecutionProps,
+    /// Tables read `FOR SYSTEM_TIME AS OF` (the versioned side of a join).
+    pub(super) versioned: Vec<super::versioned::VersionedTable>,
 }
 
 /// The nodes between an upper node and the node a chain stops at, top first.
-struct Chain<'a> {
+pub(super) struct Chain<'a> {
     nodes: Vec<&'a LogicalPlan>,
-    bottom: &'a LogicalPlan,
+    pub(super) bottom: &'a LogicalPlan,
 }
 
 impl<'a> Chain<'a> {
     /// Walks down single-input Projection/Filter/SubqueryAlias nodes.
-    fn walk(top: &'a LogicalPlan, stop_at_aggregate: bool) -> Result<Self> {
+    pub(super) fn walk(top: &'a LogicalPlan, stop_at_aggregate: bool) -> Result<Self> {
         let mut nodes = Vec::new();
         let mut node = top;
         loop {
@@ -200,7 +206,7 @@ impl<'a> Chain<'a> {
                     node = &s.input;
                 }
                 LogicalPlan::Aggregate(_) if stop_at_aggregate => break,
-                LogicalPlan::TableScan(_) => break,
+                LogicalPlan::TableScan(_) | LogicalPlan::Join(_) => break,
                 LogicalPlan::Aggregate(_) => {
                     return Err(EngineError::unsupported(
                         "a query with more than one level of aggregation cannot run as a stream yet",
@@ -216,8 +222,19 @@ impl<'a> Chain<'a> {
         })
     }
 
+    /// The aliases the chain gives its bottom (`FROM t AS x` or `(...) x`).
+    pub(super) fn aliases(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match n {
+                LogicalPlan::SubqueryAlias(s) => Some(s.alias.table().to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Rewrites an expression over the top node's schema into one over the bottom's.
-    fn unproject(&self, expr: Expr) -> Result<Expr> {
+    pub(super) fn unproject(&self, expr: Expr) -> Result<Expr> {
         let mut expr = expr;
         for node in &self.nodes {
             expr = match node {
@@ -253,7 +270,7 @@ impl<'a> Chain<'a> {
     }
 
     /// The Filter predicates of the chain, each rewritten over the bottom schema.
-    fn filters(&self) -> Result<Vec<Expr>> {
+    pub(super) fn filters(&self) -> Result<Vec<Expr>> {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             if let LogicalPlan::Filter(f) = node {
@@ -268,7 +285,7 @@ impl<'a> Chain<'a> {
     }
 
     /// The top node's output columns, each as an expression over the bottom schema.
-    fn outputs(&self, top_schema: &DFSchema) -> Result<Vec<Expr>> {
+    pub(super) fn outputs(&self, top_schema: &DFSchema) -> Result<Vec<Expr>> {
         top_schema
             .columns()
             .into_iter()
@@ -277,7 +294,7 @@ impl<'a> Chain<'a> {
     }
 }
 
-fn unsupported_node(plan: &LogicalPlan) -> EngineError {
+pub(super) fn unsupported_node(plan: &LogicalPlan) -> EngineError {
     match plan {
         LogicalPlan::Sort(_) => EngineError::unsupported(
             "ORDER BY cannot apply to an unbounded stream: results are emitted as windows close",
@@ -288,8 +305,8 @@ fn unsupported_node(plan: &LogicalPlan) -> EngineError {
             "remove LIMIT; bound the input instead (e.g. kafka://...?end=latest)",
         ),
         LogicalPlan::Join(_) => EngineError::unsupported(
-            "joins are not supported yet",
-            "run one query per source table",
+            "a join can only read two source tables directly (no join of joins, no join over an aggregate yet)",
+            "join two sources, then aggregate over the join",
         ),
         LogicalPlan::Window(_) => EngineError::unsupported(
             "SQL window functions (OVER ...) are not supported; ubik's windows are TUMBLE, HOP and SESSION in GROUP BY",
@@ -373,10 +390,11 @@ impl Lowering {
             sql: sql.to_string(),
             options,
             props: ExecutionProps::new(),
+            versioned: Vec::new(),
         }
     }
 
-    fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<PhysicalExprRef> {
+    pub(super) fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<PhysicalExprRef> {
         Ok(create_physical_expr(
             expr,
             schema,
@@ -385,7 +403,7 @@ impl Lowering {
         )?)
     }
 
-    fn conjunction(
+    pub(super) fn conjunction(
         &self,
         filters: Vec<Expr>,
         schema: &DFSchema,
@@ -400,13 +418,28 @@ impl Lowering {
         let output_schema = Arc::new(root.schema().as_arrow().clone());
         let top = Chain::walk(root, true)?;
         match top.bottom {
-            LogicalPlan::TableScan(scan) => self.lower_passthrough(root, &top, scan, output_schema),
             LogicalPlan::Aggregate(agg) => self.lower_aggregate(root, &top, agg, output_schema),
+            bottom => self.lower_passthrough(root, &top, bottom, output_schema),
+        }
+    }
+
+    /// What a stage reads: one source table, or a join of two.
+    fn stage_input(&self, bottom: &LogicalPlan) -> Result<StageInput> {
+        match bottom {
+            LogicalPlan::TableScan(scan) => Ok(StageInput {
+                schema: Arc::clone(&scan.projected_schema),
+                sources: vec![self.source_of(scan)],
+                join: None,
+            }),
+            LogicalPlan::Join(join) => self.lower_join(join),
             other => Err(unsupported_node(other)),
         }
     }
 
-    fn source_of(&self, scan: &datafusion_expr::logical_plan::TableScan) -> SourceTable {
+    pub(super) fn source_of(
+        &self,
+        scan: &datafusion_expr::logical_plan::TableScan,
+    ) -> SourceTable {
         SourceTable {
             name: scan.table_name.table().to_string(),
             schema: Arc::new(scan.projected_schema.as_arrow().clone()),
@@ -414,7 +447,11 @@ impl Lowering {
     }
 
     /// The event-time column of a continuous or pass-through query.
-    fn default_event_time(&self, scan_schema: &DFSchemaRef) -> Result<EventTime> {
+    fn default_event_time(&self, input: &StageInput) -> Result<EventTime> {
+        if let Some(j) = &input.join {
+            return Ok(EventTime::Column(join::time_column(input, j)?));
+        }
+        let scan_schema = &input.schema;
         let arrow = scan_schema.as_arrow();
         let column = match &self.options.event_time {
             Some(name) => {
@@ -455,10 +492,11 @@ impl Lowering {
         &self,
         root: &LogicalPlan,
         chain: &Chain<'_>,
-        scan: &datafusion_expr::logical_plan::TableScan,
+        bottom: &LogicalPlan,
         output_schema: Arc<Schema>,
     ) -> Result<QueryPlan> {
-        let scan_schema = &scan.projected_schema;
+        let input = self.stage_input(bottom)?;
+        let scan_schema = &input.schema;
         let outputs = chain.outputs(root.schema())?;
         let filters = chain.filters()?;
         for e in &outputs {
@@ -471,15 +509,19 @@ impl Lowering {
             .iter()
             .map(|e| self.physical(e, scan_schema))
             .collect::<Result<Vec<_>>>()?;
+        let filter = self.conjunction(filters, scan_schema)?;
+        let event_time = self.default_event_time(&input)?;
         Ok(QueryPlan {
             sql: self.sql.clone(),
-            source: self.source_of(scan),
+            sources: input.sources,
+            join: input.join,
+            input_schema: Arc::new(scan_schema.as_arrow().clone()),
             output_schema,
             key_columns: Vec::new(),
             kind: QueryKind::Passthrough(PassthroughPlan {
-                filter: self.conjunction(filters, scan_schema)?,
+                filter,
                 projection,
-                event_time: self.default_event_time(scan_schema)?,
+                event_time,
             }),
             options: self.options.clone(),
         })
@@ -493,11 +535,9 @@ impl Lowering {
         output_schema: Arc<Schema>,
     ) -> Result<QueryPlan> {
         let input = Chain::walk(&agg.input, false)?;
-        let LogicalPlan::TableScan(scan) = input.bottom else {
-            return Err(unsupported_node(input.bottom));
-        };
-        let scan_schema = &scan.projected_schema;
-        let groups = self.lower_group_by(agg, &input, scan_schema)?;
+        let mut stage_input = self.stage_input(input.bottom)?;
+        let scan_schema = &Arc::clone(&stage_input.schema);
+        let groups = self.lower_group_by(agg, &input, &mut stage_input)?;
         let aggregates = self.lower_aggregates(agg, &input, scan_schema)?;
         let stage = stage_schema(agg)?;
         let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
@@ -510,7 +550,9 @@ impl Lowering {
         let filter = self.conjunction(input.filters()?, scan_schema)?;
         Ok(QueryPlan {
             sql: self.sql.clone(),
-            source: self.source_of(scan),
+            sources: stage_input.sources,
+            join: stage_input.join,
+            input_schema: Arc::new(scan_schema.as_arrow().clone()),
             output_schema,
             key_columns,
             kind: QueryKind::Aggregate(AggregatePlan {
@@ -534,8 +576,9 @@ impl Lowering {
         &self,
         agg: &datafusion_expr::logical_plan::Aggregate,
         input: &Chain<'_>,
-        scan_schema: &DFSchemaRef,
+        stage_input: &mut StageInput,
     ) -> Result<GroupBy> {
+        let scan_schema = &Arc::clone(&stage_input.schema);
         if agg
             .group_expr
             .iter()
@@ -570,6 +613,9 @@ impl Lowering {
                     refuse_window_outside_group_by(&args[0], "a window's time argument")?;
                     window = Some(window_spec(kind, args)?);
                     window_position = Some(i);
+                    if let Some(j) = stage_input.join.as_mut() {
+                        join::window_time(&stage_input.schema, j, &args[0])?;
+                    }
                     event_time = Some(EventTime::Column(self.physical(&args[0], scan_schema)?));
                 }
                 None => {
@@ -582,7 +628,7 @@ impl Lowering {
         }
         let event_time = match event_time {
             Some(e) => e,
-            None => self.default_event_time(scan_schema)?,
+            None => self.default_event_time(stage_input)?,
         };
         Ok(GroupBy {
             window,
@@ -631,6 +677,14 @@ impl Lowering {
         }
         Ok(aggregates)
     }
+}
+
+/// What a stage (pass-through or aggregation) reads.
+pub(super) struct StageInput {
+    /// The schema stage expressions are lowered over.
+    pub(super) schema: DFSchemaRef,
+    pub(super) sources: Vec<SourceTable>,
+    pub(super) join: Option<JoinPlan>,
 }
 
 /// The lowered GROUP BY of an aggregation.

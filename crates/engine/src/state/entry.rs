@@ -22,6 +22,8 @@ pub enum StateEntry {
         seq: usize,
         partition: u32,
     },
+    /// The rows a join holds for one side (0 left, 1 right): `join/<side>`.
+    JoinSide(u8),
 }
 
 impl StateEntry {
@@ -36,6 +38,7 @@ impl StateEntry {
                 seq,
                 partition,
             } => format!("pending/{tick}/{seq}/{partition}"),
+            StateEntry::JoinSide(side) => format!("join/{side}"),
         }
     }
 
@@ -59,6 +62,7 @@ impl StateEntry {
                 seq: seq.parse().map_err(|_| bad())?,
                 partition: partition.parse().map_err(|_| bad())?,
             },
+            ["join", side] => StateEntry::JoinSide(side.parse().map_err(|_| bad())?),
             _ => return Err(bad()),
         })
     }
@@ -88,6 +92,7 @@ mod tests {
                 seq: 2,
                 partition: 3,
             },
+            StateEntry::JoinSide(1),
         ] {
             assert_eq!(StateEntry::parse(&e.name()).unwrap(), e);
         }

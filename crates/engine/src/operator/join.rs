@@ -1,0 +1,522 @@
+//! [`JoinOperator`]: interval and temporal joins of two inputs, emitting
+//! each joined row once, when the watermark completes it.
+//!
+//! A pair is complete when the global watermark passes the later of its
+//! two event times: a watermark `w` means every on-time row before `w` has
+//! arrived (a row before its own partition's watermark is late and never
+//! reaches the join). Each firing emits the pairs completed
+//! since the last one, sorted by completion time and then by the bytes of
+//! the joined row, so the output is a pure function of the input rows:
+//! it depends neither on arrival order, batch boundaries nor how often the
+//! watermark fires.
+//!
+//! State is bounded by the watermark: an interval join drops a row once no
+//! future row of the other side can fall inside its bounds; a temporal
+//! join keeps, per key, the versions after the watermark plus the one
+//! valid at it, and drops stream rows once they fired.
+//!
+//! Versions of one key with the same time are ordered by arrival; keep one
+//! key's versions in one partition (as a compacted topic keyed by it does).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
+use arrow::compute::{cast, filter_record_batch, interleave, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+
+use crate::error::{EngineError, Result};
+use crate::operator::eval::{eval_array, eval_predicate};
+use crate::plan::{JoinKind, JoinPlan};
+use crate::state::StateEntry;
+use crate::state::interner::Interner;
+
+/// Key id of a row with a null key column: it never matches.
+const NULL_KEY: u32 = u32::MAX;
+
+/// Column holding each stored row's event time in a snapshot.
+const TIME_COLUMN: &str = "__ubik_time";
+
+/// Joined rows of one firing, in emission order, with each row's
+/// completion time.
+pub struct Joined {
+    pub rows: RecordBatch,
+    pub completion: Vec<i64>,
+}
+
+/// The rows one side holds, in arrival order.
+struct Store {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    at: Vec<(u32, u32)>,
+    times: Vec<i64>,
+    keys: Vec<u32>,
+    alive: Vec<bool>,
+    live: usize,
+    by_key: HashMap<u32, Vec<u32>>,
+    /// Entries the watermark has not passed yet, by time.
+    unfired: BinaryHeap<Reverse<(i64, u32)>>,
+    /// Entries by the watermark at which they can be dropped.
+    expiry: BinaryHeap<Reverse<(i64, u32)>>,
+}
+
+impl Store {
+    fn new(schema: SchemaRef) -> Self {
+        Self {
+            schema,
+            batches: Vec::new(),
+            at: Vec::new(),
+            times: Vec::new(),
+            keys: Vec::new(),
+            alive: Vec::new(),
+            live: 0,
+            by_key: HashMap::new(),
+            unfired: BinaryHeap::new(),
+            expiry: BinaryHeap::new(),
+        }
+    }
+
+    fn push(&mut self, rows: RecordBatch, times: &[i64], keys: &[u32], expiry: Option<&[i64]>) {
+        let b = self.batches.len() as u32;
+        for (i, (&t, &k)) in times.iter().zip(keys).enumerate() {
+            let e = self.at.len() as u32;
+            self.at.push((b, i as u32));
+            self.times.push(t);
+            self.keys.push(k);
+            self.alive.push(true);
+            if k != NULL_KEY {
+                self.by_key.entry(k).or_default().push(e);
+            }
+            self.unfired.push(Reverse((t, e)));
+            if let Some(x) = expiry {
+                self.expiry.push(Reverse((x[i], e)));
+            }
+        }
+        self.live += times.len();
+        self.batches.push(rows);
+    }
+
+    fn kill(&mut self, e: u32) {
+        if std::mem::replace(&mut self.alive[e as usize], false) {
+            self.live -= 1;
+        }
+    }
+
+    /// Entries whose time the watermark has now passed (is above), in time order.
+    fn take_fresh(&mut self, watermark: i64) -> Vec<u32> {
+        let mut fresh = Vec::new();
+        while let Some(&Reverse((t, e))) = self.unfired.peek() {
+            if t >= watermark {
+                break;
+            }
+            self.unfired.pop();
+            fresh.push(e);
+        }
+        fresh
+    }
+
+    fn expire(&mut self, watermark: i64) {
+        while let Some(&Reverse((t, e))) = self.expiry.peek() {
+            if t >= watermark {
+                break;
+            }
+            self.expiry.pop();
+            self.kill(e);
+        }
+    }
+
+    /// The alive rows, in arrival order, as one batch.
+    fn alive_rows(&self) -> Result<(RecordBatch, Vec<u32>)> {
+        let picked: Vec<u32> = (0..self.at.len() as u32)
+            .filter(|&e| self.alive[e as usize])
+            .collect();
+        let idx: Vec<(usize, usize)> = picked
+            .iter()
+            .map(|&e| {
+                let (b, r) = self.at[e as usize];
+                (b as usize, r as usize)
+            })
+            .collect();
+        let mut columns = Vec::with_capacity(self.schema.fields().len());
+        for c in 0..self.schema.fields().len() {
+            let arrays: Vec<&dyn Array> = self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+            columns.push(if arrays.is_empty() {
+                new_null_array(self.schema.field(c).data_type(), 0)
+            } else {
+                interleave(&arrays, &idx)?
+            });
+        }
+        let rows = RecordBatch::try_new_with_options(
+            Arc::clone(&self.schema),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(idx.len())),
+        )?;
+        Ok((rows, picked))
+    }
+
+    /// Rewrites the store with its alive rows only, when most are dead.
+    fn compact(&mut self) -> Result<()> {
+        let dead = self.at.len() - self.live;
+        if dead < 4096 || dead < self.live {
+            return Ok(());
+        }
+        let (rows, picked) = self.alive_rows()?;
+        let mut renumber = vec![u32::MAX; self.at.len()];
+        for (new, &old) in picked.iter().enumerate() {
+            renumber[old as usize] = new as u32;
+        }
+        let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
+        let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
+        let unfired: Vec<(i64, u32)> = self
+            .unfired
+            .drain()
+            .filter_map(|Reverse((t, e))| {
+                let n = renumber[e as usize];
+                (n != u32::MAX).then_some((t, n))
+            })
+            .collect();
+        let expiry: Vec<(i64, u32)> = self
+            .expiry
+            .drain()
+            .filter_map(|Reverse((t, e))| {
+                let n = renumber[e as usize];
+                (n != u32::MAX).then_some((t, n))
+            })
+            .collect();
+        let schema = Arc::clone(&self.schema);
+        *self = Store::new(schema);
+        self.push(rows, &times, &keys, None);
+        self.unfired = unfired.into_iter().map(Reverse).collect();
+        self.expiry = expiry.into_iter().map(Reverse).collect();
+        Ok(())
+    }
+
+    fn size(&self) -> usize {
+        self.batches
+            .iter()
+            .map(|b| b.get_array_memory_size())
+            .sum::<usize>()
+            + self.at.len() * 32
+    }
+}
+
+pub struct JoinOperator {
+    plan: JoinPlan,
+    schema: SchemaRef,
+    stores: [Store; 2],
+    interner: Interner,
+    key_types: Vec<DataType>,
+}
+
+impl JoinOperator {
+    /// `schema` is the joined schema: the left side's columns, then the right's.
+    pub fn new(plan: &JoinPlan, schema: SchemaRef) -> Result<Self> {
+        let left = &plan.sides[0];
+        let key_fields: Vec<Arc<Field>> = left
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                Ok(Arc::new(Field::new(
+                    format!("k{i}"),
+                    k.data_type(&left.schema)?,
+                    true,
+                )))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
+            interner: Interner::new(&key_fields)?,
+            stores: [
+                Store::new(Arc::clone(&plan.sides[0].schema)),
+                Store::new(Arc::clone(&plan.sides[1].schema)),
+            ],
+            plan: plan.clone(),
+            schema,
+        })
+    }
+
+    /// Takes in on-time rows of one side (its schema), with their event times.
+    pub fn insert(&mut self, side: usize, rows: RecordBatch, times: &[i64]) -> Result<()> {
+        let n = rows.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut key_arrays = Vec::with_capacity(self.key_types.len());
+        for (k, ty) in self.plan.sides[side].keys.iter().zip(&self.key_types) {
+            let a = eval_array(k.as_ref(), &rows)?;
+            key_arrays.push(if a.data_type() == ty { a } else { cast(&a, ty)? });
+        }
+        let mut groups = Vec::with_capacity(n);
+        self.interner.intern(&key_arrays, n, &mut groups)?;
+        let keys: Vec<u32> = (0..n)
+            .map(|i| {
+                if key_arrays.iter().any(|a| a.is_null(i)) {
+                    NULL_KEY
+                } else {
+                    groups[i] as u32
+                }
+            })
+            .collect();
+        let expiry: Option<Vec<i64>> = match self.plan.kind {
+            // A row is needed until no future row of the other side (all
+            // later than the watermark) can be within the bounds.
+            JoinKind::Interval { lo, hi } => Some(
+                times
+                    .iter()
+                    .map(|&t| {
+                        let bound = if side == 0 {
+                            t.saturating_sub(lo)
+                        } else {
+                            t.saturating_add(hi)
+                        };
+                        t.max(bound)
+                    })
+                    .collect(),
+            ),
+            JoinKind::Temporal { table } if table != side => Some(times.to_vec()),
+            JoinKind::Temporal { .. } => None,
+        };
+        self.stores[side].push(rows, times, &keys, expiry.as_deref());
+        Ok(())
+    }
+
+    /// Marks every row before `watermark` as fired without emitting
+    /// (after a restore: those rows were emitted before the checkpoint).
+    pub fn skip_fired(&mut self, watermark: i64) {
+        for s in &mut self.stores {
+            s.take_fresh(watermark);
+        }
+    }
+
+    /// The watermark advanced to `watermark`: the pairs it completes.
+    pub fn fire(&mut self, watermark: i64) -> Result<Option<Joined>> {
+        let mut pairs: Vec<(u32, Option<u32>, i64)> = Vec::new();
+        match self.plan.kind {
+            JoinKind::Interval { lo, hi } => self.interval_pairs(watermark, lo, hi, &mut pairs),
+            JoinKind::Temporal { table } => self.temporal_pairs(watermark, table, &mut pairs),
+        }
+        let out = self.build(&pairs)?;
+        for s in 0..2 {
+            self.stores[s].expire(watermark);
+        }
+        if let JoinKind::Temporal { table } = self.plan.kind {
+            self.drop_old_versions(table, watermark);
+        }
+        for s in &mut self.stores {
+            s.compact()?;
+        }
+        Ok(out)
+    }
+
+    /// Pairs as (left entry, right entry, completion).
+    fn interval_pairs(&mut self, wm: i64, lo: i64, hi: i64, pairs: &mut Vec<(u32, Option<u32>, i64)>) {
+        let fresh = [self.stores[0].take_fresh(wm), self.stores[1].take_fresh(wm)];
+        let [l, r] = &self.stores;
+        // Each pair once: by its left row when that is the later (or equal)
+        // time, else by its right row.
+        for &a in &fresh[0] {
+            let (ta, k) = (l.times[a as usize], l.keys[a as usize]);
+            for &b in r.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+                let tb = r.times[b as usize];
+                let d = ta.saturating_sub(tb);
+                if r.alive[b as usize] && tb <= ta && d >= lo && d <= hi {
+                    pairs.push((a, Some(b), ta));
+                }
+            }
+        }
+        for &b in &fresh[1] {
+            let (tb, k) = (r.times[b as usize], r.keys[b as usize]);
+            for &a in l.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+                let ta = l.times[a as usize];
+                let d = ta.saturating_sub(tb);
+                if l.alive[a as usize] && ta < tb && d >= lo && d <= hi {
+                    pairs.push((a, Some(b), tb));
+                }
+            }
+        }
+    }
+
+    fn temporal_pairs(&mut self, wm: i64, table: usize, pairs: &mut Vec<(u32, Option<u32>, i64)>) {
+        let stream = 1 - table;
+        let fresh = self.stores[stream].take_fresh(wm);
+        self.stores[table].take_fresh(wm);
+        let (s, t) = (&self.stores[stream], &self.stores[table]);
+        for &a in &fresh {
+            let (ta, k) = (s.times[a as usize], s.keys[a as usize]);
+            let mut best: Option<u32> = None;
+            for &v in t.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+                let tv = t.times[v as usize];
+                if t.alive[v as usize]
+                    && tv <= ta
+                    && best.is_none_or(|b| tv >= t.times[b as usize])
+                {
+                    best = Some(v);
+                }
+            }
+            match (best, stream) {
+                (Some(v), 0) => pairs.push((a, Some(v), ta)),
+                (Some(v), _) => pairs.push((v, Some(a), ta)),
+                (None, 0) if self.plan.left_outer => pairs.push((a, None, ta)),
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// Per key, drops the table's versions that the watermark has replaced:
+    /// all but the latest before it (and every later one).
+    fn drop_old_versions(&mut self, table: usize, wm: i64) {
+        let Store {
+            by_key,
+            alive,
+            times,
+            live,
+            ..
+        } = &mut self.stores[table];
+        for list in by_key.values_mut() {
+            let mut latest: Option<u32> = None;
+            let mut dropped = false;
+            for &v in list.iter() {
+                let i = v as usize;
+                if !alive[i] || times[i] >= wm {
+                    continue;
+                }
+                let old = match latest {
+                    Some(b) if times[i] >= times[b as usize] => {
+                        latest = Some(v);
+                        b
+                    }
+                    Some(_) => v,
+                    None => {
+                        latest = Some(v);
+                        continue;
+                    }
+                };
+                alive[old as usize] = false;
+                *live -= 1;
+                dropped = true;
+            }
+            if dropped {
+                list.retain(|&v| alive[v as usize]);
+            }
+        }
+    }
+
+    /// The joined rows of `pairs`, filtered by the residual condition and
+    /// sorted by (completion, row bytes).
+    fn build(&self, pairs: &[(u32, Option<u32>, i64)]) -> Result<Option<Joined>> {
+        if pairs.is_empty() {
+            return Ok(None);
+        }
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for (side, store) in self.stores.iter().enumerate() {
+            // The right side's null row (LEFT JOIN) is one extra batch.
+            let nulls: Vec<ArrayRef> = store
+                .schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), 1))
+                .collect();
+            let null_batch = store.batches.len();
+            let idx: Vec<(usize, usize)> = pairs
+                .iter()
+                .map(|&(a, b, _)| {
+                    let e = if side == 0 { Some(a) } else { b };
+                    match e {
+                        Some(e) => {
+                            let (b, r) = store.at[e as usize];
+                            (b as usize, r as usize)
+                        }
+                        None => (null_batch, 0),
+                    }
+                })
+                .collect();
+            for (c, null) in nulls.iter().enumerate() {
+                let mut arrays: Vec<&dyn Array> =
+                    store.batches.iter().map(|b| b.column(c).as_ref()).collect();
+                arrays.push(null.as_ref());
+                columns.push(interleave(&arrays, &idx)?);
+            }
+        }
+        let mut rows = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        let mut completion: Vec<i64> = pairs.iter().map(|p| p.2).collect();
+        if let Some(cond) = &self.plan.condition {
+            let keep = eval_predicate(cond.as_ref(), &rows)?;
+            rows = filter_record_batch(&rows, &keep)?;
+            completion = completion
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| keep.value(*i))
+                .map(|(_, &c)| c)
+                .collect();
+            if rows.num_rows() == 0 {
+                return Ok(None);
+            }
+        }
+        let converter = RowConverter::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        let bytes = converter.convert_columns(rows.columns())?;
+        let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+        order.sort_unstable_by(|&a, &b| {
+            completion[a as usize]
+                .cmp(&completion[b as usize])
+                .then_with(|| bytes.row(a as usize).cmp(&bytes.row(b as usize)))
+        });
+        let rows = take_record_batch(&rows, &UInt32Array::from(order.clone()))?;
+        let completion = order.iter().map(|&i| completion[i as usize]).collect();
+        Ok(Some(Joined { rows, completion }))
+    }
+
+    /// Both sides' stored rows, each with its event time.
+    pub fn snapshot(&self) -> Result<Vec<(StateEntry, RecordBatch)>> {
+        let mut out = Vec::with_capacity(2);
+        for (side, store) in self.stores.iter().enumerate() {
+            let (rows, picked) = store.alive_rows()?;
+            let times = Int64Array::from_iter_values(picked.iter().map(|&e| store.times[e as usize]));
+            let mut fields = rows.schema().fields().to_vec();
+            fields.push(Arc::new(Field::new(TIME_COLUMN, DataType::Int64, false)));
+            let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(times));
+            let batch = RecordBatch::try_new_with_options(
+                Arc::new(Schema::new(fields)),
+                columns,
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(picked.len())),
+            )?;
+            out.push((StateEntry::JoinSide(side as u8), batch));
+        }
+        Ok(out)
+    }
+
+    /// Restores the stored rows of one side from [`Self::snapshot`].
+    pub fn restore(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
+        let n = batch.num_columns();
+        let times = batch
+            .column(n - 1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| EngineError::Checkpoint("join state without times".into()))?
+            .values()
+            .to_vec();
+        let rows = RecordBatch::try_new_with_options(
+            Arc::clone(&self.stores[side].schema),
+            batch.columns()[..n - 1].to_vec(),
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )?;
+        self.insert(side, rows, &times)
+    }
+
+    pub fn state_size(&self) -> usize {
+        self.stores.iter().map(Store::size).sum::<usize>() + self.interner.size()
+    }
+
+    pub fn state_rows(&self) -> usize {
+        self.stores.iter().map(|s| s.live).sum()
+    }
+}

@@ -1,0 +1,462 @@
+//! Lowering a join of two source tables to a [`JoinPlan`].
+//!
+//! A stream join must keep bounded state, so only joins whose state the
+//! watermark can purge run:
+//! - a temporal join: one side is a versioned table (read
+//!   `FOR SYSTEM_TIME AS OF`, or declared with a PRIMARY KEY), matched on
+//!   its key, keeping per key the versions the watermark has not passed;
+//! - an interval join: the ON condition bounds the difference of the two
+//!   sides' event times (`p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR`).
+//!
+//! Anything else (a regular join, whose state would grow forever) is refused
+//! with the bounded alternatives named.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Schema};
+use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue};
+use datafusion_expr::logical_plan::{Join, JoinType, LogicalPlan};
+use datafusion_expr::utils::split_conjunction_owned;
+use datafusion_expr::{BinaryExpr, Expr, Operator};
+use datafusion_physical_expr::expressions::Column as PhysicalColumn;
+
+use super::planner::{Chain, Lowering, StageInput, unsupported_node};
+use crate::error::{EngineError, Result};
+use crate::plan::{
+    JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SourceTable,
+};
+
+pub use ubik_connector::PRIMARY_KEY_METADATA;
+
+const BOUNDED_ALTERNATIVES: &str = "bound it: an interval join (AND b.ts BETWEEN a.ts - INTERVAL '1' HOUR AND a.ts + INTERVAL '1' HOUR), a temporal join on a versioned table (JOIN t FOR SYSTEM_TIME AS OF a.ts, or declare t's schema with PRIMARY KEY), or join the results of two windowed aggregations";
+
+/// One side of the join, as the chain above its table scan.
+struct Side<'a> {
+    chain: Chain<'a>,
+    scan: &'a datafusion_expr::logical_plan::TableScan,
+    /// The join input's schema (the side's columns as the join sees them).
+    schema: &'a DFSchemaRef,
+}
+
+impl Lowering {
+    pub(super) fn lower_join(&self, join: &Join) -> Result<StageInput> {
+        let left_outer = match join.join_type {
+            JoinType::Inner => false,
+            JoinType::Left => true,
+            other => {
+                return Err(EngineError::unsupported(
+                    format!(
+                        "{} JOIN is not supported on streams",
+                        other.to_string().to_uppercase()
+                    ),
+                    "use JOIN or LEFT JOIN",
+                ));
+            }
+        };
+        let sides = [side(&join.left)?, side(&join.right)?];
+        // Equality conjuncts between the two sides are the keys; the rest
+        // stays a condition on candidate pairs.
+        let mut keys: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
+        for (l, r) in &join.on {
+            keys[0].push(l.clone());
+            keys[1].push(r.clone());
+        }
+        let mut rest = Vec::new();
+        for c in join.filter.clone().map(split_conjunction_owned).unwrap_or_default() {
+            match equi_key(&c, &sides) {
+                Some((l, r)) => {
+                    keys[0].push(l);
+                    keys[1].push(r);
+                }
+                None => rest.push(c),
+            }
+        }
+        let versioned = self.versioned_side(&sides)?;
+        let (kind, times) = match versioned {
+            Some((table, as_of)) => {
+                if keys[table].is_empty() {
+                    return Err(EngineError::unsupported(
+                        "a temporal join needs an equality on the versioned table's key",
+                        "e.g. JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id",
+                    ));
+                }
+                if left_outer && table == 0 {
+                    return Err(EngineError::unsupported(
+                        "in a temporal LEFT JOIN the versioned table must be the right side",
+                        "write FROM stream LEFT JOIN table FOR SYSTEM_TIME AS OF ...",
+                    ));
+                }
+                if left_outer && !rest.is_empty() {
+                    return Err(EngineError::unsupported(
+                        "a temporal LEFT JOIN supports only key equalities in ON",
+                        "move the other conditions to WHERE",
+                    ));
+                }
+                let stream = 1 - table;
+                let table_time = single_timestamp(sides[table].schema, None).ok_or_else(|| {
+                    EngineError::Schema(format!(
+                        "the versioned table `{}` needs exactly one TIMESTAMP column: a version is valid from that time until the key's next version",
+                        sides[table].scan.table_name.table()
+                    ))
+                })?;
+                let stream_time = single_timestamp(
+                    sides[stream].schema,
+                    as_of.as_deref().or(self.options.event_time.as_deref()),
+                )
+                .ok_or_else(|| {
+                    EngineError::Schema(format!(
+                        "the stream side `{}` of the temporal join needs its event-time column: name it with FOR SYSTEM_TIME AS OF <column> or the event_time setting",
+                        sides[stream].scan.table_name.table()
+                    ))
+                })?;
+                let mut times = [0; 2];
+                times[table] = table_time;
+                times[stream] = stream_time;
+                (JoinKind::Temporal { table }, times)
+            }
+            None => {
+                if left_outer {
+                    return Err(EngineError::unsupported(
+                        "LEFT JOIN is supported for temporal joins only, not yet for interval joins",
+                        "use JOIN for an interval join",
+                    ));
+                }
+                let (lo, hi, times) = interval_bounds(&rest, &sides)?;
+                (JoinKind::Interval { lo, hi }, times)
+            }
+        };
+        let mut lowered = Vec::with_capacity(2);
+        let mut sources: Vec<SourceTable> = Vec::new();
+        for (s, side) in sides.iter().enumerate() {
+            let scan_schema = &side.scan.projected_schema;
+            let source = self.source_of(side.scan);
+            let index = match sources.iter().position(|t| t.name == source.name) {
+                Some(i) => i,
+                None => {
+                    sources.push(source);
+                    sources.len() - 1
+                }
+            };
+            let projection = side
+                .chain
+                .outputs(side.schema)?
+                .iter()
+                .map(|e| self.physical(e, scan_schema))
+                .collect::<Result<Vec<_>>>()?;
+            let key_exprs = keys[s]
+                .iter()
+                .map(|e| self.physical(e, side.schema))
+                .collect::<Result<Vec<_>>>()?;
+            lowered.push(JoinSide {
+                source: index,
+                filter: self.conjunction(side.chain.filters()?, scan_schema)?,
+                event_time: Arc::clone(&projection[times[s]]),
+                projection,
+                schema: Arc::new(side.schema.as_arrow().clone()),
+                time_column: times[s],
+                keys: key_exprs,
+            });
+        }
+        let condition = self.conjunction(rest, &join.schema)?;
+        let row_time = default_row_time(kind);
+        let [left, right]: [JoinSide; 2] = lowered.try_into().map_err(|_| unreachable_sides())?;
+        Ok(StageInput {
+            schema: Arc::clone(&join.schema),
+            sources,
+            join: Some(JoinPlan {
+                kind,
+                left_outer,
+                sides: [left, right],
+                condition,
+                row_time,
+            }),
+        })
+    }
+
+    /// The versioned side, if any, and the time it is read as of.
+    fn versioned_side(&self, sides: &[Side<'_>; 2]) -> Result<Option<(usize, Option<String>)>> {
+        let mut found = Vec::new();
+        for (s, side) in sides.iter().enumerate() {
+            let table = side.scan.table_name.table().to_string();
+            let names: Vec<String> = side.chain.aliases().into_iter().chain([table]).collect();
+            let marked = self
+                .versioned
+                .iter()
+                .find(|v| names.iter().any(|n| n == &v.name));
+            let keyed = side
+                .scan
+                .source
+                .schema()
+                .metadata()
+                .contains_key(PRIMARY_KEY_METADATA);
+            if let Some(v) = marked {
+                found.push((s, Some(v.as_of.rsplit('.').next().unwrap_or("").to_string())));
+            } else if keyed {
+                found.push((s, None));
+            }
+        }
+        match found.len() {
+            0 => Ok(None),
+            1 => Ok(found.pop()),
+            _ => Err(EngineError::unsupported(
+                "both sides of the join are versioned tables; a temporal join needs a stream on one side",
+                "read one of them as a stream (drop its PRIMARY KEY or FOR SYSTEM_TIME AS OF)",
+            )),
+        }
+    }
+}
+
+fn unreachable_sides() -> EngineError {
+    EngineError::Internal("a join has two sides".into())
+}
+
+fn side(plan: &LogicalPlan) -> Result<Side<'_>> {
+    let chain = Chain::walk(plan, false)?;
+    let LogicalPlan::TableScan(scan) = chain.bottom else {
+        return Err(unsupported_node(chain.bottom));
+    };
+    Ok(Side {
+        chain,
+        scan,
+        schema: plan.schema(),
+    })
+}
+
+/// `a = b` with `a` over the left side only and `b` over the right only
+/// (or the other way round), as (left, right).
+fn equi_key(expr: &Expr, sides: &[Side<'_>; 2]) -> Option<(Expr, Expr)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = expr
+    else {
+        return None;
+    };
+    let over = |e: &Expr, s: &Side<'_>| {
+        let cols = e.column_refs();
+        !cols.is_empty() && cols.iter().all(|c| s.schema.has_column(c))
+    };
+    if over(left, &sides[0]) && over(right, &sides[1]) {
+        Some(((**left).clone(), (**right).clone()))
+    } else if over(left, &sides[1]) && over(right, &sides[0]) {
+        Some(((**right).clone(), (**left).clone()))
+    } else {
+        None
+    }
+}
+
+/// The index of the event-time column in a side's schema: `name` if given
+/// and present, else its only TIMESTAMP column.
+fn single_timestamp(schema: &DFSchema, name: Option<&str>) -> Option<usize> {
+    let fields = schema.as_arrow().fields();
+    if let Some(name) = name
+        && let Some(i) = fields.iter().position(|f| f.name() == name)
+    {
+        return Some(i);
+    }
+    let ts: Vec<usize> = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
+        .map(|(i, _)| i)
+        .collect();
+    (ts.len() == 1).then(|| ts[0])
+}
+
+/// `column + offset` (µs) for a column plus or minus constant intervals.
+fn linear(expr: &Expr) -> Option<(Column, i64)> {
+    match expr {
+        Expr::Column(c) => Some((c.clone(), 0)),
+        Expr::Cast(c) => linear(&c.expr),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
+            let (c, base) = linear(left)?;
+            let offset = interval_literal(right)?;
+            match op {
+                Operator::Plus => Some((c, base.checked_add(offset)?)),
+                Operator::Minus => Some((c, base.checked_sub(offset)?)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn interval_literal(expr: &Expr) -> Option<i64> {
+    match expr {
+        Expr::Cast(c) => interval_literal(&c.expr),
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
+            (v.days as i64)
+                .checked_mul(86_400_000_000)?
+                .checked_add(v.nanoseconds / 1000)
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
+            Some(v.days as i64 * 86_400_000_000 + v.milliseconds as i64 * 1000)
+        }
+        _ => None,
+    }
+}
+
+/// The bounds `lo <= left.t - right.t <= hi` the condition puts on the two
+/// sides' event times, and the index of each side's time column.
+fn interval_bounds(conditions: &[Expr], sides: &[Side<'_>; 2]) -> Result<(i64, i64, [usize; 2])> {
+    let mut lo = i64::MIN;
+    let mut hi = i64::MAX;
+    let mut columns: [Option<Column>; 2] = [None, None];
+    let mut compare = |a: &Expr, op: Operator, b: &Expr| -> Result<()> {
+        let (Some((ca, x)), Some((cb, y))) = (linear(a), linear(b)) else {
+            return Ok(());
+        };
+        let side_of = |c: &Column| {
+            if sides[0].schema.has_column(c) {
+                Some(0)
+            } else if sides[1].schema.has_column(c) {
+                Some(1)
+            } else {
+                None
+            }
+        };
+        let (Some(sa), Some(sb)) = (side_of(&ca), side_of(&cb)) else {
+            return Ok(());
+        };
+        if sa == sb {
+            return Ok(());
+        }
+        for (s, c) in [(sa, &ca), (sb, &cb)] {
+            let (_, field) = sides[s].schema.qualified_field_from_column(c)?;
+            if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
+                return Ok(());
+            }
+            match &columns[s] {
+                Some(prev) if prev != c => {
+                    return Err(EngineError::unsupported(
+                        format!(
+                            "the join's time bounds use two time columns of one side ({prev} and {c})"
+                        ),
+                        "bound one event-time column of each side",
+                    ));
+                }
+                _ => columns[s] = Some(c.clone()),
+            }
+        }
+        // a + x op b + y, as a bound on left.t - right.t.
+        let (le, ge) = if sa == 0 {
+            (y.saturating_sub(x), y.saturating_sub(x))
+        } else {
+            (x.saturating_sub(y), x.saturating_sub(y))
+        };
+        let a_below = matches!(op, Operator::Lt | Operator::LtEq);
+        let a_above = matches!(op, Operator::Gt | Operator::GtEq);
+        // With the left column first, `a <= b` bounds the difference above;
+        // with the right column first, below.
+        match (sa == 0, a_below, a_above) {
+            (true, true, _) => hi = hi.min(le),
+            (true, _, true) => lo = lo.max(ge),
+            (false, true, _) => lo = lo.max(le),
+            (false, _, true) => hi = hi.min(ge),
+            _ => {}
+        }
+        Ok(())
+    };
+    for c in conditions {
+        match c {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => compare(left, *op, right)?,
+            Expr::Between(b) if !b.negated => {
+                compare(&b.expr, Operator::GtEq, &b.low)?;
+                compare(&b.expr, Operator::LtEq, &b.high)?;
+            }
+            _ => {}
+        }
+    }
+    if lo == i64::MIN || hi == i64::MAX {
+        return Err(EngineError::unsupported(
+            "this join is unbounded: nothing in ON bounds how far apart in event time the two sides' rows may be, so its state would grow forever",
+            BOUNDED_ALTERNATIVES,
+        ));
+    }
+    if lo > hi {
+        return Err(EngineError::unsupported(
+            "the join's time bounds exclude every pair (the lower bound is above the upper)",
+            "check the BETWEEN bounds",
+        ));
+    }
+    let index = |s: usize| -> Result<usize> {
+        let c = columns[s].as_ref().ok_or_else(unreachable_sides)?;
+        Ok(sides[s].schema.index_of_column(c)?)
+    };
+    Ok((lo, hi, [index(0)?, index(1)?]))
+}
+
+/// The row time a join gives when the stage names none: the side whose
+/// time is always the later one of a pair (so rows trail nothing), else
+/// the left side.
+fn default_row_time(kind: JoinKind) -> JoinRowTime {
+    match kind {
+        JoinKind::Temporal { table } => JoinRowTime {
+            side: 1 - table,
+            delay: 0,
+        },
+        JoinKind::Interval { lo, .. } if lo >= 0 => JoinRowTime { side: 0, delay: 0 },
+        JoinKind::Interval { hi, .. } if hi <= 0 => JoinRowTime { side: 1, delay: 0 },
+        JoinKind::Interval { lo, .. } => JoinRowTime {
+            side: 0,
+            delay: lo.saturating_neg(),
+        },
+    }
+}
+
+/// How far `side`'s time can lie before a pair's completion (the later time).
+fn delay_of(kind: JoinKind, side: usize) -> Result<i64> {
+    match kind {
+        JoinKind::Temporal { table } if table == side => Err(EngineError::unsupported(
+            "a window over a temporal join must use the stream side's event time, not the versioned table's",
+            "window on the stream's time column",
+        )),
+        JoinKind::Temporal { .. } => Ok(0),
+        JoinKind::Interval { lo, .. } if side == 0 => Ok(lo.saturating_neg().max(0)),
+        JoinKind::Interval { hi, .. } => Ok(hi.max(0)),
+    }
+}
+
+/// The index in the joined schema of a side's time column.
+fn joined_index(j: &JoinPlan, side: usize) -> usize {
+    if side == 0 {
+        j.sides[0].time_column
+    } else {
+        j.sides[0].schema.fields().len() + j.sides[1].time_column
+    }
+}
+
+/// The stage's event time over a join: the row-time side's time column.
+pub(super) fn time_column(input: &StageInput, j: &JoinPlan) -> Result<PhysicalExprRef> {
+    let i = joined_index(j, j.row_time.side);
+    let schema: &Schema = input.schema.as_arrow();
+    Ok(Arc::new(PhysicalColumn::new(schema.field(i).name(), i)))
+}
+
+/// A window over a join: its time argument must be one side's time column;
+/// the join's rows then carry that time.
+pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) -> Result<()> {
+    let refuse = || {
+        EngineError::unsupported(
+            format!(
+                "a window over a join must use one side's event-time column, found {arg}"
+            ),
+            "window on the time column the join bounds (or the stream side's, in a temporal join)",
+        )
+    };
+    let mut e = arg;
+    while let Expr::Cast(c) = e {
+        e = &c.expr;
+    }
+    let Expr::Column(c) = e else {
+        return Err(refuse());
+    };
+    let i = schema.index_of_column(c).map_err(|_| refuse())?;
+    let side = (0..2).find(|&s| joined_index(j, s) == i).ok_or_else(refuse)?;
+    j.row_time = JoinRowTime {
+        side,
+        delay: delay_of(j.kind, side)?,
+    };
+    Ok(())
+}
