@@ -16,18 +16,26 @@ use crate::changelog::State;
 /// `orders`) and returns its rows as changelog key JSON -> value JSON, the
 /// key made of `key_columns` of the result.
 pub fn oracle(sql: &str, input: &[RecordBatch], key_columns: &[usize]) -> State {
-    let schema = input
-        .first()
-        .map(|b| b.schema())
-        .expect("the oracle needs at least one (possibly empty) input batch");
+    oracle_tables(sql, &[("orders", input)], key_columns)
+}
+
+/// [`oracle`] over several named tables (a join).
+pub fn oracle_tables(sql: &str, tables: &[(&str, &[RecordBatch])], key_columns: &[usize]) -> State {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a tokio runtime");
     rt.block_on(async {
         let ctx = SessionContext::new();
-        let table = MemTable::try_new(schema, vec![input.to_vec()]).expect("the input table");
-        ctx.register_table("orders", Arc::new(table))
-            .expect("register orders");
+        for (name, input) in tables {
+            let schema = input
+                .first()
+                .map(|b| b.schema())
+                .expect("the oracle needs at least one (possibly empty) input batch");
+            let table =
+                MemTable::try_new(schema, vec![input.to_vec()]).expect("the input table");
+            ctx.register_table(*name, Arc::new(table))
+                .expect("register a table");
+        }
         let df = ctx
             .sql(sql)
             .await
