@@ -69,7 +69,9 @@ pub fn source_specs(
             (Some(name), schema) => {
                 named.insert(name.to_string(), schema.to_string());
             }
-            _ if unnamed.is_some() => bail!("--schema given twice without a name: write --schema NAME=\"...\" for each source"),
+            _ if unnamed.is_some() => bail!(
+                "--schema given twice without a name: write --schema NAME=\"...\" for each source"
+            ),
             _ => unnamed = Some(text.clone()),
         }
     }
@@ -124,20 +126,25 @@ pub fn source_specs(
         let name = spec.table.clone().or_else(|| spec.endpoint.own_table());
         let schema = match name.as_deref().and_then(|n| named.remove(n)) {
             Some(s) => Some(s),
-            None if several && unnamed.is_some() => bail!(
-                "with several sources, name the schema's source: --schema NAME=\"...\""
-            ),
+            None if several && unnamed.is_some() => {
+                bail!("with several sources, name the schema's source: --schema NAME=\"...\"")
+            }
             None => unnamed.take(),
         };
         spec.schema = resolve_schema(schema.as_deref())?;
     }
     if let Some((name, _)) = named.into_iter().next() {
         if several || unnamed.is_some() {
-            bail!("--schema {name}=...: no source is named {name} (name sources with --from NAME=URL)");
+            bail!(
+                "--schema {name}=...: no source is named {name} (name sources with --from NAME=URL)"
+            );
         }
         // One source and one named schema: the name is the source's table.
         let mut text = None;
-        for s in given.iter().chain(file.sources.values().filter_map(|s| s.schema.as_ref())) {
+        for s in given
+            .iter()
+            .chain(file.sources.values().filter_map(|s| s.schema.as_ref()))
+        {
             if let (Some(n), v) = ubik_runtime::spec::split_name(s)
                 && n == name
             {

@@ -61,7 +61,11 @@ fn write_inputs(dir: &Path, n: u64) {
             ));
         }
     }
-    for (name, lines) in [("orders", orders), ("merchants", merchants), ("payments", payments)] {
+    for (name, lines) in [
+        ("orders", orders),
+        ("merchants", merchants),
+        ("payments", payments),
+    ] {
         std::fs::write(dir.join(format!("{name}.jsonl")), lines.join("\n") + "\n").unwrap();
     }
 }
@@ -72,7 +76,10 @@ const PAYMENTS: &str = "pid BIGINT, order_id BIGINT, ts TIMESTAMP, paid DOUBLE";
 
 fn table(dir: &Path, name: &str, columns: &str) -> Vec<arrow::array::RecordBatch> {
     let schema = ubik_format::schema::parse_column_list(columns).unwrap();
-    read_jsonl(&std::fs::read(dir.join(format!("{name}.jsonl"))).unwrap(), &schema)
+    read_jsonl(
+        &std::fs::read(dir.join(format!("{name}.jsonl"))).unwrap(),
+        &schema,
+    )
 }
 
 /// Runs `sql` over the named sources, read `batch` records at a time.
@@ -80,14 +87,21 @@ fn run_join(dir: &Path, sql: &str, sources: &[(&str, &str)], batch: &str) -> Vec
     let mut args: Vec<String> = vec!["run".into(), sql.into(), "-q".into()];
     for (name, columns) in sources {
         args.push("--from".into());
-        args.push(format!("{name}={}", dir.join(format!("{name}.jsonl")).display()));
+        args.push(format!(
+            "{name}={}",
+            dir.join(format!("{name}.jsonl")).display()
+        ));
         args.push("--schema".into());
         args.push(format!("{name}={columns}"));
     }
     args.extend(["--lateness", "120s", "--batch-size", batch].map(String::from));
     let o = ubik().args(&args).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!stderr(&o).contains("\"reason\""), "dead letters: {}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("\"reason\""),
+        "dead letters: {}",
+        stderr(&o)
+    );
     stdout(&o).lines().map(String::from).collect()
 }
 
@@ -190,7 +204,10 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
-    assert!(e.contains("unbounded") && e.contains("interval join"), "{e}");
+    assert!(
+        e.contains("unbounded") && e.contains("interval join"),
+        "{e}"
+    );
     // Several sources must each be named.
     let o = run(&["run", sql, "--from", "a.jsonl", "--from", "b.jsonl"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

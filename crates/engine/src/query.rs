@@ -279,7 +279,9 @@ impl Query {
                     None => None,
                 };
                 let EventTime::Column(expr) = &a.event_time else {
-                    return Err(EngineError::Internal("a join stage without event time".into()));
+                    return Err(EngineError::Internal(
+                        "a join stage without event time".into(),
+                    ));
                 };
                 let ts = to_micros(&eval_array(expr.as_ref(), &joined.rows)?)?;
                 let mut times = Vec::with_capacity(n);

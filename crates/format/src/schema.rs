@@ -11,9 +11,9 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use sqlparser::ast::{
     ColumnOption, DataType as SqlType, ExactNumberInfo, Statement, TableConstraint, TimezoneInfo,
 };
-use ubik_connector::PRIMARY_KEY_METADATA;
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
+use ubik_connector::PRIMARY_KEY_METADATA;
 
 use crate::error::{FormatError, Result};
 use crate::timestamp::parse_timestamp_micros;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use arrow::datatypes::SchemaRef;
 use arrow::ffi_stream::ArrowArrayStreamReader;
 use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
@@ -13,7 +14,7 @@ use ubik_runtime::host::{HostPipeline, host_schema};
 use ubik_runtime::{Endpoint, PipelineSpec, SourceSpec};
 
 use crate::errors::{SchemaError, SourceError, to_py};
-use crate::options::{host_options, resolve_schema, settings};
+use crate::options::{host_options, resolve_schema, schema_of, settings};
 
 /// Plans `sql` and returns (result schema, key columns, kind) without
 /// reading any row.
@@ -26,16 +27,50 @@ pub fn validate<'py>(
     table: Option<String>,
     options: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<(Bound<'py, PyAny>, Vec<String>, String)> {
-    let wanted = table.or_else(|| single_table(sql));
-    let (named, schema) = resolve_schema(Some(schema), wanted.as_deref())?
-        .ok_or_else(|| SchemaError::new_err("validate needs the input schema"))?;
-    let table = table_name(wanted.or(named).as_deref(), None, sql, "input");
     let settings = settings(options)?;
+    let tables = match schemas_by_table(schema)? {
+        // Several tables (a join): the query picks the ones it reads.
+        Some(tables) => tables,
+        None => {
+            let wanted = table.or_else(|| single_table(sql));
+            let (named, schema) = resolve_schema(Some(schema), wanted.as_deref())?
+                .ok_or_else(|| SchemaError::new_err("validate needs the input schema"))?;
+            vec![(
+                table_name(wanted.or(named).as_deref(), None, sql, "input"),
+                schema,
+            )]
+        }
+    };
     let plan = py
-        .detach(|| plan(sql, &[(table, schema)], settings.query))
+        .detach(|| plan(sql, &tables, settings.query))
         .map_err(|e| to_py(py, e))?;
     let keys = plan.key_names().iter().map(|s| s.to_string()).collect();
     Ok((host_schema(&plan).to_pyarrow(py)?, keys, plan.kind_name()))
+}
+
+/// `schema=` as a dict of two or more tables: each (name, schema).
+fn schemas_by_table(schema: &Bound<'_, PyAny>) -> PyResult<Option<Vec<(String, SchemaRef)>>> {
+    match schema.cast::<PyDict>() {
+        Ok(d) if d.len() > 1 => d
+            .iter()
+            .map(|(k, v)| Ok((k.extract()?, schema_of(&v)?)))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// One source of `from_`: a URL, or an object exporting an Arrow stream.
+fn source_spec(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<SourceSpec> {
+    if let Ok(url) = source.cast::<PyString>() {
+        return SourceSpec::parse(&url.to_cow()?).map_err(|e| to_py(py, e));
+    }
+    let reader = ArrowArrayStreamReader::from_pyarrow_bound(source).map_err(|e| {
+        SourceError::new_err(format!(
+            "from_ must be a source URL or Arrow data (Table, RecordBatch, RecordBatchReader), or a dict of them by table name: {e}"
+        ))
+    })?;
+    Ok(SourceSpec::new(Endpoint::Arrow(Box::new(reader))))
 }
 
 /// The one table a query reads, if it names exactly one.
@@ -86,21 +121,45 @@ impl Session {
         host: Option<&Bound<'_, PyDict>>,
         kafka: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let table = table.or_else(|| single_table(&sql));
-        let declared = resolve_schema(schema, table.as_deref())?;
-        let mut source = if let Ok(url) = source.cast::<PyString>() {
-            SourceSpec::parse(&url.to_cow()?).map_err(|e| to_py(py, e))?
-        } else {
-            let reader = ArrowArrayStreamReader::from_pyarrow_bound(source).map_err(|e| {
-                SourceError::new_err(format!(
-                    "from_ must be a source URL or Arrow data (Table, RecordBatch, RecordBatchReader): {e}"
-                ))
-            })?;
-            SourceSpec::new(Endpoint::Arrow(Box::new(reader)))
+        let sources = match source.cast::<PyDict>() {
+            // Several named sources: from_={"orders": ..., "merchants": ...}.
+            Ok(named) => {
+                if table.is_some() {
+                    return Err(SchemaError::new_err(
+                        "table= names the one source; with a dict from_, its keys name the tables",
+                    ));
+                }
+                let schemas = match schema.filter(|s| !s.is_none()) {
+                    None => None,
+                    Some(s) => Some(s.cast::<PyDict>().map_err(|_| {
+                        SchemaError::new_err(
+                            "with several sources, schema= is a dict by table name",
+                        )
+                    })?),
+                };
+                let mut sources = Vec::with_capacity(named.len());
+                for (name, value) in named.iter() {
+                    let name: String = name.extract()?;
+                    let mut spec = source_spec(py, &value)?;
+                    if let Some(s) = schemas.and_then(|d| d.get_item(&name).ok().flatten()) {
+                        spec.schema = Some(schema_of(&s)?);
+                    }
+                    spec.table = Some(name);
+                    sources.push(spec);
+                }
+                sources
+            }
+            Err(_) => {
+                let table = table.or_else(|| single_table(&sql));
+                let declared = resolve_schema(schema, table.as_deref())?;
+                let mut spec = source_spec(py, source)?;
+                spec.table = table;
+                spec.schema = declared.map(|(_, s)| s);
+                vec![spec]
+            }
         };
-        source.table = table;
-        source.schema = declared.map(|(_, s)| s);
-        let mut spec = PipelineSpec::new(sql, source);
+        let mut spec = PipelineSpec::new(sql, SourceSpec::new(Endpoint::Stdin));
+        spec.sources = sources;
         spec.settings = settings(options)?;
         spec.checkpoint = checkpoint;
         if let Some(k) = kafka {

@@ -244,12 +244,16 @@ fn check_source_names(sources: &[SourceSpec]) -> Result<()> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for s in sources {
-        let name = s.table.clone().or_else(|| s.endpoint.own_table()).ok_or_else(|| {
-            RuntimeError::Config(format!(
-                "with several sources each needs its table name: write --from NAME={:?}",
-                s.endpoint
-            ))
-        })?;
+        let name = s
+            .table
+            .clone()
+            .or_else(|| s.endpoint.own_table())
+            .ok_or_else(|| {
+                RuntimeError::Config(format!(
+                    "with several sources each needs its table name: write --from NAME={:?}",
+                    s.endpoint
+                ))
+            })?;
         if !seen.insert(name.clone()) {
             return Err(RuntimeError::Config(format!(
                 "two sources are named `{name}`; give each its own NAME= (--from NAME=URL)"

@@ -19,8 +19,8 @@ use ubik_connector::{
     Chunk, DEFAULT_POLL_TIMEOUT, DeadLetter, DeadLetterSink, Payload, Source, SourceEvent,
 };
 use ubik_engine::plan::{EventTime, QueryKind};
-use ubik_engine::query::Query;
 use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
+use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
 use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot};
 use ubik_format::RecordDecoder;
@@ -639,7 +639,8 @@ impl Pipeline {
                 self.stats.late_rows += 1;
             }
             let message = r.reason.to_string();
-            let input = &self.inputs[chunk.map_or(source_of(r.partition).min(self.inputs.len() - 1), |c| c.1)];
+            let input = &self.inputs
+                [chunk.map_or(source_of(r.partition).min(self.inputs.len() - 1), |c| c.1)];
             let (position, record) = match chunk {
                 Some((c, _, record_of, offset)) => {
                     let idx = record_of.get(r.row + offset).map(|&i| i as usize);

@@ -245,7 +245,12 @@ impl Layout {
     }
 
     /// Appends `rows` (all of one partition id) as feeds of `size` rows.
-    fn push(&mut self, batches: &[RecordBatch], rows: &[Arrival], size: usize) -> Result<(), Error> {
+    fn push(
+        &mut self,
+        batches: &[RecordBatch],
+        rows: &[Arrival],
+        size: usize,
+    ) -> Result<(), Error> {
         for part in rows.chunks(size.max(1)) {
             let source = part[0].source;
             let idx = UInt32Array::from_iter_values(part.iter().map(|a| a.row as u32));
@@ -297,9 +302,8 @@ fn layouts(batches: &[RecordBatch], arrivals: &[Arrival]) -> Result<Vec<Layout>,
     ids.sort_unstable();
     ids.dedup();
     if ids.len() > 1 {
-        let of = |id: u32| -> Vec<Arrival> {
-            arrivals.iter().filter(|a| a.id == id).copied().collect()
-        };
+        let of =
+            |id: u32| -> Vec<Arrival> { arrivals.iter().filter(|a| a.id == id).copied().collect() };
         let mut asc = Layout::new("partitions in turn, ascending");
         for &id in &ids {
             asc.push(batches, &of(id), 2)?;

@@ -31,8 +31,7 @@ pub fn oracle_tables(sql: &str, tables: &[(&str, &[RecordBatch])], key_columns: 
                 .first()
                 .map(|b| b.schema())
                 .expect("the oracle needs at least one (possibly empty) input batch");
-            let table =
-                MemTable::try_new(schema, vec![input.to_vec()]).expect("the input table");
+            let table = MemTable::try_new(schema, vec![input.to_vec()]).expect("the input table");
             ctx.register_table(*name, Arc::new(table))
                 .expect("register a table");
         }

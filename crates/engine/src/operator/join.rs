@@ -141,7 +141,8 @@ impl Store {
             .collect();
         let mut columns = Vec::with_capacity(self.schema.fields().len());
         for c in 0..self.schema.fields().len() {
-            let arrays: Vec<&dyn Array> = self.batches.iter().map(|b| b.column(c).as_ref()).collect();
+            let arrays: Vec<&dyn Array> =
+                self.batches.iter().map(|b| b.column(c).as_ref()).collect();
             columns.push(if arrays.is_empty() {
                 new_null_array(self.schema.field(c).data_type(), 0)
             } else {
@@ -247,7 +248,11 @@ impl JoinOperator {
         let mut key_arrays = Vec::with_capacity(self.key_types.len());
         for (k, ty) in self.plan.sides[side].keys.iter().zip(&self.key_types) {
             let a = eval_array(k.as_ref(), &rows)?;
-            key_arrays.push(if a.data_type() == ty { a } else { cast(&a, ty)? });
+            key_arrays.push(if a.data_type() == ty {
+                a
+            } else {
+                cast(&a, ty)?
+            });
         }
         let mut groups = Vec::with_capacity(n);
         self.interner.intern(&key_arrays, n, &mut groups)?;
@@ -312,7 +317,13 @@ impl JoinOperator {
     }
 
     /// Pairs as (left entry, right entry, completion).
-    fn interval_pairs(&mut self, wm: i64, lo: i64, hi: i64, pairs: &mut Vec<(u32, Option<u32>, i64)>) {
+    fn interval_pairs(
+        &mut self,
+        wm: i64,
+        lo: i64,
+        hi: i64,
+        pairs: &mut Vec<(u32, Option<u32>, i64)>,
+    ) {
         let fresh = [self.stores[0].take_fresh(wm), self.stores[1].take_fresh(wm)];
         let [l, r] = &self.stores;
         // Each pair once: by its left row when that is the later (or equal)
@@ -349,9 +360,7 @@ impl JoinOperator {
             let mut best: Option<u32> = None;
             for &v in t.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
                 let tv = t.times[v as usize];
-                if t.alive[v as usize]
-                    && tv <= ta
-                    && best.is_none_or(|b| tv >= t.times[b as usize])
+                if t.alive[v as usize] && tv <= ta && best.is_none_or(|b| tv >= t.times[b as usize])
                 {
                     best = Some(v);
                 }
@@ -479,7 +488,8 @@ impl JoinOperator {
         let mut out = Vec::with_capacity(2);
         for (side, store) in self.stores.iter().enumerate() {
             let (rows, picked) = store.alive_rows()?;
-            let times = Int64Array::from_iter_values(picked.iter().map(|&e| store.times[e as usize]));
+            let times =
+                Int64Array::from_iter_values(picked.iter().map(|&e| store.times[e as usize]));
             let mut fields = rows.schema().fields().to_vec();
             fields.push(Arc::new(Field::new(TIME_COLUMN, DataType::Int64, false)));
             let mut columns = rows.columns().to_vec();

@@ -22,9 +22,7 @@ use datafusion_physical_expr::expressions::Column as PhysicalColumn;
 
 use super::planner::{Chain, Lowering, StageInput, unsupported_node};
 use crate::error::{EngineError, Result};
-use crate::plan::{
-    JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SourceTable,
-};
+use crate::plan::{JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SourceTable};
 
 pub use ubik_connector::PRIMARY_KEY_METADATA;
 
@@ -62,7 +60,12 @@ impl Lowering {
             keys[1].push(r.clone());
         }
         let mut rest = Vec::new();
-        for c in join.filter.clone().map(split_conjunction_owned).unwrap_or_default() {
+        for c in join
+            .filter
+            .clone()
+            .map(split_conjunction_owned)
+            .unwrap_or_default()
+        {
             match equi_key(&c, &sides) {
                 Some((l, r)) => {
                     keys[0].push(l);
@@ -190,7 +193,10 @@ impl Lowering {
                 .metadata()
                 .contains_key(PRIMARY_KEY_METADATA);
             if let Some(v) = marked {
-                found.push((s, Some(v.as_of.rsplit('.').next().unwrap_or("").to_string())));
+                found.push((
+                    s,
+                    Some(v.as_of.rsplit('.').next().unwrap_or("").to_string()),
+                ));
             } else if keyed {
                 found.push((s, None));
             }
@@ -285,11 +291,10 @@ fn linear(expr: &Expr) -> Option<(Column, i64)> {
 fn interval_literal(expr: &Expr) -> Option<i64> {
     match expr {
         Expr::Cast(c) => interval_literal(&c.expr),
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => {
-            (v.days as i64)
-                .checked_mul(86_400_000_000)?
-                .checked_add(v.nanoseconds / 1000)
-        }
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(v)), _) if v.months == 0 => (v.days
+            as i64)
+            .checked_mul(86_400_000_000)?
+            .checked_add(v.nanoseconds / 1000),
         Expr::Literal(ScalarValue::IntervalDayTime(Some(v)), _) => {
             Some(v.days as i64 * 86_400_000_000 + v.milliseconds as i64 * 1000)
         }
@@ -439,9 +444,7 @@ pub(super) fn time_column(input: &StageInput, j: &JoinPlan) -> Result<PhysicalEx
 pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) -> Result<()> {
     let refuse = || {
         EngineError::unsupported(
-            format!(
-                "a window over a join must use one side's event-time column, found {arg}"
-            ),
+            format!("a window over a join must use one side's event-time column, found {arg}"),
             "window on the time column the join bounds (or the stream side's, in a temporal join)",
         )
     };
@@ -453,7 +456,9 @@ pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) ->
         return Err(refuse());
     };
     let i = schema.index_of_column(c).map_err(|_| refuse())?;
-    let side = (0..2).find(|&s| joined_index(j, s) == i).ok_or_else(refuse)?;
+    let side = (0..2)
+        .find(|&s| joined_index(j, s) == i)
+        .ok_or_else(refuse)?;
     j.row_time = JoinRowTime {
         side,
         delay: delay_of(j.kind, side)?,

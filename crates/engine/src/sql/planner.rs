@@ -436,10 +436,7 @@ impl Lowering {
         }
     }
 
-    pub(super) fn source_of(
-        &self,
-        scan: &datafusion_expr::logical_plan::TableScan,
-    ) -> SourceTable {
+    pub(super) fn source_of(&self, scan: &datafusion_expr::logical_plan::TableScan) -> SourceTable {
         SourceTable {
             name: scan.table_name.table().to_string(),
             schema: Arc::new(scan.projected_schema.as_arrow().clone()),

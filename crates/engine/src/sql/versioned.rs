@@ -36,7 +36,8 @@ pub fn strip_versions(sql: &str) -> (String, Vec<VersionedTable>) {
     while i + 4 < tokens.len() {
         let is = |k: usize, kw: Keyword| matches!(&tokens[i + k].token, Token::Word(w) if w.keyword == kw);
         let system_time = matches!(&tokens[i + 1].token, Token::Word(w) if w.value.eq_ignore_ascii_case("system_time"));
-        if !(is(0, Keyword::FOR) && system_time && is(2, Keyword::AS) && is(3, Keyword::OF)) || i == 0
+        if !(is(0, Keyword::FOR) && system_time && is(2, Keyword::AS) && is(3, Keyword::OF))
+            || i == 0
         {
             i += 1;
             continue;
@@ -107,7 +108,11 @@ impl LineOffsets {
     }
 
     /// The byte offset of a 1-based (line, character column) location.
-    fn byte(&self, text: &str, at: datafusion_sql::sqlparser::tokenizer::Location) -> Option<usize> {
+    fn byte(
+        &self,
+        text: &str,
+        at: datafusion_sql::sqlparser::tokenizer::Location,
+    ) -> Option<usize> {
         let start = *self.0.get((at.line as usize).checked_sub(1)?)?;
         let column = (at.column as usize).checked_sub(1)?;
         let line = &text[start..];

@@ -73,7 +73,10 @@ def _split(kwargs: dict) -> tuple[dict, dict, Optional[dict]]:
 
 
 def _arrow_input(from_: Any) -> Any:
-    """A URL string, or something exporting an Arrow C stream."""
+    """A URL string, or something exporting an Arrow C stream (or a dict
+    of them by table name, for a query that joins several sources)."""
+    if isinstance(from_, dict):
+        return {str(name): _arrow_input(value) for name, value in from_.items()}
     if isinstance(from_, str):
         return from_
     if isinstance(from_, pa.RecordBatch):
@@ -198,7 +201,10 @@ def stream(sql: str, from_: Any, schema: Any = None, table: Optional[str] = None
     """Runs ``sql`` over ``from_``: a source URL (``kafka://host:port/topic``
     with ``?end=latest`` for a bounded range, ``webhook://``, ``file://``,
     ``demo://orders``) or in-process Arrow (Table, RecordBatch,
-    RecordBatchReader, iterable of batches)."""
+    RecordBatchReader, iterable of batches). A query that joins several
+    sources takes a dict by table name, ``from_={"orders": url_or_table,
+    "merchants": table}``, and ``schema`` as a dict by the same names (a
+    ``PRIMARY KEY`` in a column list marks a versioned table)."""
     return Stream(_session(sql, from_, schema, table, None, options))
 
 
