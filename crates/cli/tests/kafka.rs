@@ -62,11 +62,18 @@ fn unique(name: &str) -> String {
 }
 
 fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]);
+}
+
+fn create_topic_with(name: &str, partitions: i32, config: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", broker())
         .create()
         .unwrap();
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in config {
+        topic = topic.set(k, v);
+    }
     let r = futures_executor_block_on(admin.create_topics(&[topic], &AdminOptions::new())).unwrap();
     assert!(r.iter().all(|x| x.is_ok()), "{r:?}");
 }
@@ -240,6 +247,95 @@ fn round_trip_equals_oracle() {
             );
         }
     }
+}
+
+/// Orders on a 4-partition topic joined with merchant versions on a
+/// compacted topic: the read_committed fold equals DataFusion's as-of join.
+#[test]
+fn temporal_join_of_two_topics_equals_oracle() {
+    let Some(_broker) = serial() else { return };
+    let (orders, merchants, output) = (unique("j-orders"), unique("j-merchants"), unique("j-out"));
+    create_topic(&orders, 4);
+    create_topic_with(&merchants, 1, &[("cleanup.policy", "compact")]);
+    let order_lines = events(8_000, 12, 3_000, 5);
+    let mut rng = Rng(11);
+    let ts = |ms: i64| {
+        let mut b = Vec::new();
+        ubik_engine::time::write_rfc3339_micros(&mut b, ms * 1000);
+        String::from_utf8(b).unwrap()
+    };
+    let base = ubik_testkit::events::BASE_MS;
+    let mut merchant_lines: Vec<String> = (0..12)
+        .map(|k| {
+            format!(
+                r#"{{"id":"m{k:03}","region":"r{}","ts":"{}"}}"#,
+                rng.below(4),
+                ts(base - 60_000 + k)
+            )
+        })
+        .collect();
+    for i in (0..8_000i64).step_by(250) {
+        merchant_lines.push(format!(
+            r#"{{"id":"m{:03}","region":"r{}","ts":"{}"}}"#,
+            rng.below(12),
+            rng.below(4),
+            ts(base + i * 25 + 1)
+        ));
+    }
+    produce(&orders, &order_lines);
+    produce(&merchants, &merchant_lines);
+    let sql = format!(
+        "SELECT m.region, TUMBLE(o.ts, INTERVAL '1' MINUTE) AS w, count(*) AS n, sum(o.amount) AS total \
+         FROM \"{orders}\" o JOIN \"{merchants}\" FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id \
+         GROUP BY m.region, TUMBLE(o.ts, INTERVAL '1' MINUTE)"
+    );
+    let o = ubik()
+        .args(["run", &sql])
+        .args([
+            "--from",
+            &format!("kafka://{}/{orders}?end=latest", broker()),
+        ])
+        .args([
+            "--from",
+            &format!("kafka://{}/{merchants}?end=latest", broker()),
+        ])
+        .args(["--schema", &format!("{orders}={SCHEMA}")])
+        .args([
+            "--schema",
+            &format!("{merchants}=id VARCHAR, region VARCHAR, ts TIMESTAMP"),
+        ])
+        .args([
+            "--to",
+            &format!("kafka://{}/{output}?partitions=2", broker()),
+        ])
+        .args(["--lateness", "5s", "--batch-size", "300", "-q"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = |lines: &[String]| ubik_testkit::events::jsonl(lines);
+    let want = ubik_testkit::oracle_tables(
+        "WITH c AS (SELECT o.ts, o.amount, m.region, \
+           rank() OVER (PARTITION BY o.merchant, o.ts, o.amount ORDER BY m.ts DESC) AS rn \
+         FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts <= o.ts) \
+         SELECT region, date_bin(INTERVAL '1 minute', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, \
+           count(*) AS n, sum(amount) AS total FROM c WHERE rn = 1 GROUP BY 1, 2",
+        &[
+            (
+                "orders",
+                &read_jsonl(text(&order_lines).as_bytes(), &orders_schema(SCHEMA)),
+            ),
+            (
+                "merchants",
+                &read_jsonl(
+                    text(&merchant_lines).as_bytes(),
+                    &orders_schema("id VARCHAR, region VARCHAR, ts TIMESTAMP"),
+                ),
+            ),
+        ],
+        &[0, 1],
+    );
+    let recs = consume_all(&output, "read_committed");
+    assert_matches("temporal join over Kafka", &fold_recs(&recs), &want);
 }
 
 /// A spawned `ubik`, killed when dropped: a failed assertion must not leave
