@@ -56,6 +56,9 @@ struct Store {
     alive: Vec<bool>,
     live: usize,
     by_key: HashMap<u32, Vec<u32>>,
+    /// Keys holding more than one alive row: the only ones a versioned
+    /// table may have versions to drop from.
+    multi: std::collections::BTreeSet<u32>,
     /// Entries the watermark has not passed yet, by time.
     unfired: BinaryHeap<Reverse<(i64, u32)>>,
     /// Entries by the watermark at which they can be dropped.
@@ -73,6 +76,7 @@ impl Store {
             alive: Vec::new(),
             live: 0,
             by_key: HashMap::new(),
+            multi: std::collections::BTreeSet::new(),
             unfired: BinaryHeap::new(),
             expiry: BinaryHeap::new(),
         }
@@ -87,7 +91,11 @@ impl Store {
             self.keys.push(k);
             self.alive.push(true);
             if k != NULL_KEY {
-                self.by_key.entry(k).or_default().push(e);
+                let list = self.by_key.entry(k).or_default();
+                list.push(e);
+                if list.len() > 1 {
+                    self.multi.insert(k);
+                }
             }
             self.unfired.push(Reverse((t, e)));
             if let Some(x) = expiry {
@@ -379,12 +387,17 @@ impl JoinOperator {
     fn drop_old_versions(&mut self, table: usize, wm: i64) {
         let Store {
             by_key,
+            multi,
             alive,
             times,
             live,
             ..
         } = &mut self.stores[table];
-        for list in by_key.values_mut() {
+        let mut single = Vec::new();
+        for &k in multi.iter() {
+            let Some(list) = by_key.get_mut(&k) else {
+                continue;
+            };
             let mut latest: Option<u32> = None;
             let mut dropped = false;
             for &v in list.iter() {
@@ -410,6 +423,12 @@ impl JoinOperator {
             if dropped {
                 list.retain(|&v| alive[v as usize]);
             }
+            if list.len() < 2 {
+                single.push(k);
+            }
+        }
+        for k in single {
+            multi.remove(&k);
         }
     }
 
