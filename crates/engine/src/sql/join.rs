@@ -124,7 +124,7 @@ impl Lowering {
                         "use JOIN for an interval join",
                     ));
                 }
-                let (lo, hi, times) = interval_bounds(&rest, &sides)?;
+                let (lo, hi, times) = interval_bounds(&rest, &keys, &sides)?;
                 (JoinKind::Interval { lo, hi }, times)
             }
         };
@@ -302,12 +302,44 @@ fn interval_literal(expr: &Expr) -> Option<i64> {
     }
 }
 
+/// `date_bin(INTERVAL size, column[, origin])`: the column, the size (µs)
+/// and the origin expression.
+fn bucket(expr: &Expr) -> Option<(Column, i64, Option<Expr>)> {
+    let Expr::ScalarFunction(f) = expr else {
+        return None;
+    };
+    if f.func.name() != "date_bin" {
+        return None;
+    }
+    let size = interval_literal(f.args.first()?)?;
+    let (column, 0) = linear(f.args.get(1)?)? else {
+        return None;
+    };
+    (size > 0).then(|| (column, size, f.args.get(2).cloned()))
+}
+
 /// The bounds `lo <= left.t - right.t <= hi` the condition puts on the two
 /// sides' event times, and the index of each side's time column.
-fn interval_bounds(conditions: &[Expr], sides: &[Side<'_>; 2]) -> Result<(i64, i64, [usize; 2])> {
+fn interval_bounds(
+    conditions: &[Expr],
+    keys: &[Vec<Expr>; 2],
+    sides: &[Side<'_>; 2],
+) -> Result<(i64, i64, [usize; 2])> {
     let mut lo = i64::MIN;
     let mut hi = i64::MAX;
     let mut columns: [Option<Column>; 2] = [None, None];
+    // A windowed join: equal windows of the two times (`date_bin(s, l.ts) =
+    // date_bin(s, r.ts)`, a key) put them less than one window apart.
+    for (l, r) in keys[0].iter().zip(&keys[1]) {
+        if let (Some((cl, sl, ol)), Some((cr, sr, or))) = (bucket(l), bucket(r))
+            && sl == sr
+            && ol == or
+        {
+            lo = lo.max(1 - sl);
+            hi = hi.min(sl - 1);
+            columns = [Some(cl), Some(cr)];
+        }
+    }
     let mut compare = |a: &Expr, op: Operator, b: &Expr| -> Result<()> {
         let (Some((ca, x)), Some((cb, y))) = (linear(a), linear(b)) else {
             return Ok(());
