@@ -59,6 +59,9 @@ pub struct QueryArgs {
     /// Event-time column of continuous and pass-through queries.
     #[arg(long)]
     pub event_time: Option<String>,
+    /// Record key of an append-only result (a pass-through or a join): output columns, comma-separated.
+    #[arg(long)]
+    pub key: Option<String>,
 }
 
 #[derive(Args, Debug, Default)]

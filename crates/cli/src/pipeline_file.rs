@@ -29,6 +29,7 @@ pub struct PipelineFile {
     pub idle_timeout: Option<String>,
     pub max_future: Option<String>,
     pub event_time: Option<String>,
+    pub key: Option<String>,
     pub batch_size: Option<usize>,
     pub threads: Option<usize>,
     pub metrics: Option<String>,

@@ -202,6 +202,7 @@ pub fn query_settings(query: &QueryArgs, file: &PipelineFile) -> Result<Settings
                 file.event_time.clone(),
             ),
             ("threads", n(query.threads), n(file.threads)),
+            ("key", query.key.clone(), file.key.clone()),
         ],
     )?;
     Ok(s)

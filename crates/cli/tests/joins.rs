@@ -208,6 +208,34 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
         e.contains("unbounded") && e.contains("interval join"),
         "{e}"
     );
+    // An append-only result takes a record key on request.
+    let dir = tempfile::tempdir().unwrap();
+    write_inputs(dir.path(), 200);
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        sql.into(),
+        "-q".into(),
+        "--key".into(),
+        "oid".into(),
+    ];
+    for (name, columns) in [("orders", ORDERS), ("merchants", MERCHANTS)] {
+        args.push("--from".into());
+        args.push(format!(
+            "{name}={}",
+            dir.path().join(format!("{name}.jsonl")).display()
+        ));
+        args.push("--schema".into());
+        args.push(format!("{name}={columns}"));
+    }
+    let o = ubik().args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    assert_eq!(first["key"]["oid"], first["value"]["oid"], "{first}");
+    args[4] = "nope".into();
+    let o = ubik().args(&args).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("key column `nope`"), "{}", stderr(&o));
     // Several sources must each be named.
     let o = run(&["run", sql, "--from", "a.jsonl", "--from", "b.jsonl"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

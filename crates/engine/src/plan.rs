@@ -42,6 +42,10 @@ pub struct QueryOptions {
     /// queries use the column of their window function. `None`: the source's
     /// only timestamp column, if it has exactly one.
     pub event_time: Option<String>,
+    /// The Kafka record key of an append-only result: output columns (an
+    /// aggregation's key is always its GROUP BY columns). Empty: no key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
     /// Threads a windowed aggregation may fold a large batch on (0: one per
     /// core). Output does not depend on it: every aggregate that runs in
     /// parallel has exact, order-independent state, and rows are emitted in
@@ -69,6 +73,7 @@ impl Default for QueryOptions {
             emit_every_rows: 10_000,
             max_future_us: 86_400 * MICROS_PER_SECOND,
             event_time: None,
+            key: Vec::new(),
             threads: 0,
         }
     }
@@ -208,6 +213,12 @@ impl QueryPlan {
     /// Kafka records carry no key).
     pub fn is_keyed(&self) -> bool {
         matches!(self.kind, QueryKind::Aggregate(_))
+    }
+
+    /// Whether records carry a key: a changelog's, or the one chosen for an
+    /// append-only result with the `key` setting.
+    pub fn has_record_key(&self) -> bool {
+        self.is_keyed() || !self.key_columns.is_empty()
     }
 
     pub fn window(&self) -> Option<WindowSpec> {

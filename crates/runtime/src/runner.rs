@@ -93,7 +93,7 @@ pub fn run_to_sink(
     let mut encoder = ChangelogEncoder::new(
         &plan.output_schema,
         plan.key_columns.clone(),
-        plan.is_keyed(),
+        plan.has_record_key(),
     );
     let mut out = Output::default();
     let mut last_commit = Instant::now();

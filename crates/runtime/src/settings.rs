@@ -103,6 +103,11 @@ pub const SETTINGS: &[(&str, SettingKind, &str)] = &[
         SettingKind::Text,
         "Kafka emit mode: transactional or idempotent",
     ),
+    (
+        "key",
+        SettingKind::Text,
+        "record key of an append-only result: output columns, comma-separated",
+    ),
 ];
 
 /// The validated settings of a pipeline, with their defaults.
@@ -193,6 +198,14 @@ impl Settings {
             "emit_every_rows" => self.query.emit_every_rows = count(name, value, 1)? as i64,
             "max_future" => self.query.max_future_us = micros(name, value)?,
             "event_time" => self.query.event_time = Some(value.to_string()),
+            "key" => {
+                self.query.key = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             "threads" => self.query.threads = count(name, value, 0)? as usize,
             "on_error" => {
                 self.on_error = match value {

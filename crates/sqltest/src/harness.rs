@@ -85,7 +85,7 @@ pub fn run_with_rejects(
     let mut encoder = ChangelogEncoder::new(
         &plan.output_schema,
         plan.key_columns.clone(),
-        plan.is_keyed(),
+        plan.has_record_key(),
     );
     let mut records = Vec::new();
     let mut rejects = Vec::new();

@@ -508,13 +508,31 @@ impl Lowering {
             .collect::<Result<Vec<_>>>()?;
         let filter = self.conjunction(filters, scan_schema)?;
         let event_time = self.default_event_time(&input)?;
+        let key_columns = self
+            .options
+            .key
+            .iter()
+            .map(|name| {
+                output_schema.index_of(name).map_err(|_| {
+                    EngineError::Schema(format!(
+                        "key column `{name}` is not in the result ({})",
+                        output_schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(QueryPlan {
             sql: self.sql.clone(),
             sources: input.sources,
             join: input.join,
             input_schema: Arc::new(scan_schema.as_arrow().clone()),
             output_schema,
-            key_columns: Vec::new(),
+            key_columns,
             kind: QueryKind::Passthrough(PassthroughPlan {
                 filter,
                 projection,
@@ -539,6 +557,21 @@ impl Lowering {
         let stage = stage_schema(agg)?;
         let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
         let key_columns = key_columns(&outputs, &stage, agg, &groups)?;
+        if !self.options.key.is_empty() {
+            let names: Vec<&str> = key_columns
+                .iter()
+                .map(|&i| output_schema.field(i).name().as_str())
+                .collect();
+            if self.options.key != names {
+                return Err(EngineError::unsupported(
+                    format!(
+                        "an aggregation's changelog key is its GROUP BY columns ({}); the key setting is for append-only results",
+                        names.join(", ")
+                    ),
+                    "drop --key (or give exactly those columns)",
+                ));
+            }
+        }
         let projection = outputs
             .iter()
             .map(|e| self.physical(e, &stage))
