@@ -34,3 +34,39 @@ def test_bounded_kafka_range_equals_oracle(kafka_broker):
     got = ubik.stream(Q, from_=f"kafka://{kafka_broker}/{topic}?start=earliest&end=latest", schema=SCHEMA,
                       table="orders", lateness="5s").arrow()
     assert_same(got, duck(ORACLE, to_table(rows)), ["merchant", "w"])
+
+
+def test_kafka_topic_joined_with_an_arrow_table(kafka_broker):
+    """Orders from a topic enriched with an in-process Arrow table of
+    merchant versions (a temporal join), against DuckDB's ASOF JOIN."""
+    import datetime as dt
+
+    import duckdb
+    import pyarrow as pa
+
+    rows = events(3000, keys=8, step_ms=200, disorder_ms=2000, seed=12, nulls=False)
+    topic = f"py-join-{uuid.uuid4().hex[:8]}"
+    produce(kafka_broker, topic, rows)
+    base = min(r["ts"] for r in rows)
+    merchants = pa.table({
+        "id": [f"m{k:03d}" for k in range(8)] * 3,
+        "region": [f"r{(k * 7 + v) % 3}" for v in range(3) for k in range(8)],
+        "ts": pa.array([base + dt.timedelta(minutes=4 * v, milliseconds=k) - dt.timedelta(seconds=10)
+                        for v in range(3) for k in range(8)], pa.timestamp("us", tz="UTC")),
+    })
+    sql = ("SELECT m.region, TUMBLE(o.ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(o.amount) AS total "
+           "FROM orders o JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id "
+           "GROUP BY m.region, TUMBLE(o.ts, INTERVAL '1 MINUTE')")
+    got = ubik.stream(sql, from_={"orders": f"kafka://{kafka_broker}/{topic}?start=earliest&end=latest",
+                                  "merchants": merchants},
+                      schema={"orders": SCHEMA}, lateness="5s").arrow()
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    con.register("orders", to_table(rows))
+    con.register("merchants", merchants)
+    want = con.sql("SELECT m.region, time_bucket(INTERVAL '1 minute', o.ts) AS w, count(*) AS n, "
+                   "sum(o.amount) AS total FROM orders o ASOF JOIN merchants m "
+                   "ON o.merchant = m.id AND o.ts >= m.ts GROUP BY ALL").arrow()
+    want = want.read_all() if isinstance(want, pa.RecordBatchReader) else want
+    assert got.num_rows > 0
+    assert_same(got, want, ["region", "w"])
