@@ -19,7 +19,7 @@
 //! key's versions in one partition (as a compacted topic keyed by it does).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
@@ -55,10 +55,11 @@ struct Store {
     keys: Vec<u32>,
     alive: Vec<bool>,
     live: usize,
-    by_key: HashMap<u32, Vec<u32>>,
-    /// Keys holding more than one alive row: the only ones a versioned
-    /// table may have versions to drop from.
-    multi: std::collections::BTreeSet<u32>,
+    /// Entries by key id (ids are dense).
+    by_key: Vec<Vec<u32>>,
+    /// For a versioned table: keys holding more than one row, the only
+    /// ones with versions to drop.
+    multi: Option<std::collections::BTreeSet<u32>>,
     /// Entries the watermark has not passed yet, by time.
     unfired: BinaryHeap<Reverse<(i64, u32)>>,
     /// Entries by the watermark at which they can be dropped.
@@ -66,7 +67,7 @@ struct Store {
 }
 
 impl Store {
-    fn new(schema: SchemaRef) -> Self {
+    fn new(schema: SchemaRef, versioned: bool) -> Self {
         Self {
             schema,
             batches: Vec::new(),
@@ -75,8 +76,8 @@ impl Store {
             keys: Vec::new(),
             alive: Vec::new(),
             live: 0,
-            by_key: HashMap::new(),
-            multi: std::collections::BTreeSet::new(),
+            by_key: Vec::new(),
+            multi: versioned.then(std::collections::BTreeSet::new),
             unfired: BinaryHeap::new(),
             expiry: BinaryHeap::new(),
         }
@@ -91,10 +92,13 @@ impl Store {
             self.keys.push(k);
             self.alive.push(true);
             if k != NULL_KEY {
-                let list = self.by_key.entry(k).or_default();
+                if self.by_key.len() <= k as usize {
+                    self.by_key.resize_with(k as usize + 1, Vec::new);
+                }
+                let list = &mut self.by_key[k as usize];
                 list.push(e);
-                if list.len() > 1 {
-                    self.multi.insert(k);
+                if let Some(multi) = self.multi.as_mut().filter(|_| list.len() > 1) {
+                    multi.insert(k);
                 }
             }
             self.unfired.push(Reverse((t, e)));
@@ -195,7 +199,7 @@ impl Store {
             })
             .collect();
         let schema = Arc::clone(&self.schema);
-        *self = Store::new(schema);
+        *self = Store::new(schema, self.multi.is_some());
         self.push(rows, &times, &keys, None);
         self.unfired = unfired.into_iter().map(Reverse).collect();
         self.expiry = expiry.into_iter().map(Reverse).collect();
@@ -238,10 +242,10 @@ impl JoinOperator {
         Ok(Self {
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
             interner: Interner::new(&key_fields)?,
-            stores: [
-                Store::new(Arc::clone(&plan.sides[0].schema)),
-                Store::new(Arc::clone(&plan.sides[1].schema)),
-            ],
+            stores: [0, 1].map(|s| {
+                let versioned = matches!(plan.kind, JoinKind::Temporal { table } if table == s);
+                Store::new(Arc::clone(&plan.sides[s].schema), versioned)
+            }),
             plan: plan.clone(),
             schema,
         })
@@ -338,7 +342,7 @@ impl JoinOperator {
         // time, else by its right row.
         for &a in &fresh[0] {
             let (ta, k) = (l.times[a as usize], l.keys[a as usize]);
-            for &b in r.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+            for &b in r.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let tb = r.times[b as usize];
                 let d = ta.saturating_sub(tb);
                 if r.alive[b as usize] && tb <= ta && d >= lo && d <= hi {
@@ -348,7 +352,7 @@ impl JoinOperator {
         }
         for &b in &fresh[1] {
             let (tb, k) = (r.times[b as usize], r.keys[b as usize]);
-            for &a in l.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+            for &a in l.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let ta = l.times[a as usize];
                 let d = ta.saturating_sub(tb);
                 if l.alive[a as usize] && ta < tb && d >= lo && d <= hi {
@@ -366,7 +370,7 @@ impl JoinOperator {
         for &a in &fresh {
             let (ta, k) = (s.times[a as usize], s.keys[a as usize]);
             let mut best: Option<u32> = None;
-            for &v in t.by_key.get(&k).map_or(&[][..], Vec::as_slice) {
+            for &v in t.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let tv = t.times[v as usize];
                 if t.alive[v as usize] && tv <= ta && best.is_none_or(|b| tv >= t.times[b as usize])
                 {
@@ -393,9 +397,12 @@ impl JoinOperator {
             live,
             ..
         } = &mut self.stores[table];
+        let Some(multi) = multi.as_mut() else {
+            return;
+        };
         let mut single = Vec::new();
         for &k in multi.iter() {
-            let Some(list) = by_key.get_mut(&k) else {
+            let Some(list) = by_key.get_mut(k as usize) else {
                 continue;
             };
             let mut latest: Option<u32> = None;
