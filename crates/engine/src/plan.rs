@@ -302,22 +302,45 @@ impl JoinKind {
     }
 }
 
-/// One input of a join: a source table, filtered and projected to the
-/// columns the join's schema has from this side.
+/// What one side of a join reads from its source table.
+#[derive(Debug, Clone)]
+pub enum SideInput {
+    /// The source's rows, filtered and projected.
+    Rows {
+        /// `WHERE` of the side's subquery, over the source schema.
+        filter: Option<PhysicalExprRef>,
+        /// The side's columns, over the source schema.
+        projection: Vec<PhysicalExprRef>,
+        /// The side's event time, over the source schema.
+        event_time: PhysicalExprRef,
+    },
+    /// The closed windows of a windowed aggregation over the source (a
+    /// subquery with `GROUP BY ..., TUMBLE/HOP(...)`). Each result row joins
+    /// once, when its window closes, with the window's last instant (end
+    /// minus 1 µs) as its event time; late rows beyond the watermark are not
+    /// folded into a window already joined (they are dead-lettered).
+    Windows {
+        plan: Box<AggregatePlan>,
+        /// The result's key columns (group columns and the window).
+        key_columns: Vec<usize>,
+    },
+}
+
+/// One input of a join: a source table, as rows or as windowed aggregates,
+/// with the columns the join's schema has from this side.
 #[derive(Debug, Clone)]
 pub struct JoinSide {
     /// Index into [`QueryPlan::sources`].
     pub source: usize,
-    /// `WHERE` of the side's subquery, over the source schema.
-    pub filter: Option<PhysicalExprRef>,
-    /// The side's columns, over the source schema.
-    pub projection: Vec<PhysicalExprRef>,
+    pub input: SideInput,
     /// Schema of the side's rows (the join input's schema).
     pub schema: SchemaRef,
-    /// The side's event time, over the source schema.
-    pub event_time: PhysicalExprRef,
-    /// Index of the event-time column in the side's schema.
+    /// Index of the event-time column in the side's schema (the window
+    /// column, for windowed aggregates).
     pub time_column: usize,
+    /// A row's event time is its time column plus this (a window's size
+    /// minus 1 µs for windowed aggregates, whose column is the start).
+    pub time_offset: i64,
     /// Equi-join keys, over the side's rows.
     pub keys: Vec<PhysicalExprRef>,
 }

@@ -18,7 +18,9 @@ use crate::operator::join::{JoinOperator, Joined};
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
-use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
+use crate::plan::{
+    EventTime, PassthroughPlan, QueryKind, QueryOptions, QueryPlan, SideInput, WindowSpec,
+};
 use crate::progress::{PartitionProgress, Progress, source_of};
 use crate::state::StateEntry;
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
@@ -30,6 +32,8 @@ pub struct Query {
     plan: Arc<QueryPlan>,
     operator: Option<Box<dyn Operator>>,
     join: Option<JoinOperator>,
+    /// The windowed aggregation each join side reads, if it reads one.
+    side_operators: [Option<Box<dyn Operator>>; 2],
     progress: Progress,
     /// The global watermark the operator was last fired with.
     fired: i64,
@@ -73,10 +77,31 @@ impl Query {
             Some(j) => Some(JoinOperator::new(j, Arc::clone(&plan.input_schema))?),
             None => None,
         };
+        let mut side_operators: [Option<Box<dyn Operator>>; 2] = [None, None];
+        if let Some(j) = &plan.join {
+            for (s, side) in j.sides.iter().enumerate() {
+                if let SideInput::Windows {
+                    plan: a,
+                    key_columns,
+                } = &side.input
+                {
+                    // A window joins once, when it closes: no late updates.
+                    let options = QueryOptions {
+                        retention_us: 0,
+                        ..plan.options.clone()
+                    };
+                    let emitter = Emitter::new(a, Arc::clone(&side.schema), key_columns.clone());
+                    let source = Arc::clone(&plan.sources[side.source].schema);
+                    side_operators[s] =
+                        Some(Box::new(WindowOperator::new(a, &options, emitter, source)?));
+                }
+            }
+        }
         Ok(Self {
             plan,
             operator,
             join,
+            side_operators,
             progress: Progress::new(lateness),
             fired: MIN_TIME,
         })
@@ -189,23 +214,43 @@ impl Query {
             }
             // Both sides of a self-join judge rows against the same progress.
             let mut progress: PartitionProgress = before;
+            let (filter, event_time, projection) = match &side.input {
+                SideInput::Rows {
+                    filter,
+                    projection,
+                    event_time,
+                } => (
+                    filter.as_deref(),
+                    EventTime::Column(Arc::clone(event_time)),
+                    Some(projection),
+                ),
+                SideInput::Windows { plan: a, .. } => {
+                    (a.filter.as_deref(), a.event_time.clone(), None)
+                }
+            };
             let stamped = stamp(
                 &mut progress,
                 lateness,
                 plan.options.max_future_us,
                 partition,
                 batch,
-                side.filter.as_deref(),
-                &EventTime::Column(Arc::clone(&side.event_time)),
-                true,
+                filter,
+                &event_time,
+                projection.is_some(),
                 out,
             )?;
             advanced.get_or_insert(progress);
             let Some(stamped) = stamped else {
                 continue;
             };
-            let columns = side
-                .projection
+            let Some(projection) = projection else {
+                self.side_operators[s]
+                    .as_mut()
+                    .ok_or_else(|| EngineError::Internal("side aggregation missing".into()))?
+                    .process_batch(stamped, out)?;
+                continue;
+            };
+            let columns = projection
                 .iter()
                 .map(|e| eval_array(e.as_ref(), &stamped.batch))
                 .collect::<Result<Vec<_>>>()?;
@@ -241,6 +286,22 @@ impl Query {
         if wm > self.fired {
             self.fired = wm;
             if let Some(join) = self.join.as_mut() {
+                // Windows closed by this watermark join now, at their last instant.
+                for (s, op) in self.side_operators.iter_mut().enumerate() {
+                    let Some(op) = op.as_mut() else { continue };
+                    let mut closed = Output::default();
+                    op.handle_watermark(wm, &mut closed)?;
+                    out.rejects.append(&mut closed.rejects);
+                    for c in closed.changes {
+                        if c.deletes.as_ref().is_some_and(|d| d.true_count() > 0) {
+                            return Err(EngineError::Internal(
+                                "an aggregation a join reads retracted a row".into(),
+                            ));
+                        }
+                        let times: Vec<i64> = c.timestamps.values().iter().map(|t| t - 1).collect();
+                        join.insert(s, c.rows, &times)?;
+                    }
+                }
                 let joined = join.fire(wm)?;
                 let delay = self.plan.join.as_ref().map_or(0, |j| j.row_time.delay);
                 if let Some(joined) = joined {
@@ -395,6 +456,16 @@ impl Query {
                 if let Some(j) = &self.join {
                     snapshot.batches.extend(j.snapshot()?);
                 }
+                for (s, op) in self.side_operators.iter_mut().enumerate() {
+                    if let Some(op) = op.as_mut() {
+                        snapshot.batches.extend(
+                            op.handle_checkpoint()?
+                                .batches
+                                .into_iter()
+                                .map(|(e, b)| (StateEntry::Side(s as u8, Box::new(e)), b)),
+                        );
+                    }
+                }
                 snapshot
             },
         })
@@ -405,6 +476,25 @@ impl Query {
         self.progress = snapshot.progress;
         self.fired = snapshot.fired;
         let mut operator = snapshot.operator;
+        let mut side_states: [Vec<(StateEntry, arrow::array::RecordBatch)>; 2] =
+            [Vec::new(), Vec::new()];
+        let (inner, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut operator.batches)
+            .into_iter()
+            .partition(|(e, _)| matches!(e, StateEntry::Side(..)));
+        operator.batches = rest;
+        for (entry, batch) in inner {
+            if let StateEntry::Side(s, e) = entry {
+                side_states
+                    .get_mut(s as usize)
+                    .ok_or_else(|| EngineError::Checkpoint("join side out of range".into()))?
+                    .push((*e, batch));
+            }
+        }
+        for (op, states) in self.side_operators.iter_mut().zip(side_states) {
+            if let Some(op) = op.as_mut() {
+                op.restore(crate::operator::OperatorSnapshot::new(states))?;
+            }
+        }
         if let Some(j) = self.join.as_mut() {
             let (sides, rest): (Vec<_>, Vec<_>) = operator
                 .batches
@@ -427,6 +517,12 @@ impl Query {
     pub fn state_size(&self) -> usize {
         self.operator.as_ref().map_or(0, |o| o.state_size())
             + self.join.as_ref().map_or(0, |j| j.state_size())
+            + self
+                .side_operators
+                .iter()
+                .flatten()
+                .map(|o| o.state_size())
+                .sum::<usize>()
     }
 
     /// Keyed states (groups) held, plus the rows a join holds.

@@ -22,7 +22,10 @@ use datafusion_physical_expr::expressions::Column as PhysicalColumn;
 
 use super::planner::{Chain, Lowering, StageInput, unsupported_node};
 use crate::error::{EngineError, Result};
-use crate::plan::{JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SourceTable};
+use crate::plan::{
+    AggregatePlan, JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SideInput,
+    SourceTable, WindowSpec,
+};
 
 pub use ubik_connector::PRIMARY_KEY_METADATA;
 
@@ -34,6 +37,19 @@ struct Side<'a> {
     scan: &'a datafusion_expr::logical_plan::TableScan,
     /// The join input's schema (the side's columns as the join sees them).
     schema: &'a DFSchemaRef,
+    /// A windowed aggregation between the chain and the scan.
+    windows: Option<Windowed>,
+}
+
+/// A side that is a windowed aggregation.
+struct Windowed {
+    plan: AggregatePlan,
+    key_columns: Vec<usize>,
+    /// The window column's index in the side's schema.
+    column: usize,
+    /// Window size minus 1 µs: a result row's event time (its window's last
+    /// instant) is its window column plus this.
+    offset: i64,
 }
 
 impl Lowering {
@@ -51,7 +67,7 @@ impl Lowering {
                 ));
             }
         };
-        let sides = [side(&join.left)?, side(&join.right)?];
+        let sides = [self.side(&join.left)?, self.side(&join.right)?];
         // Equality conjuncts between the two sides are the keys; the rest
         // stays a condition on candidate pairs.
         let mut keys: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
@@ -75,7 +91,14 @@ impl Lowering {
             }
         }
         let versioned = self.versioned_side(&sides)?;
+        let windowed = sides.iter().any(|s| s.windows.is_some());
         let (kind, times) = match versioned {
+            Some(_) if windowed => {
+                return Err(EngineError::unsupported(
+                    "a temporal join of an aggregation is not supported",
+                    "join the versioned table to the stream first, then aggregate",
+                ));
+            }
             Some((table, as_of)) => {
                 if keys[table].is_empty() {
                     return Err(EngineError::unsupported(
@@ -130,7 +153,7 @@ impl Lowering {
         };
         let mut lowered = Vec::with_capacity(2);
         let mut sources: Vec<SourceTable> = Vec::new();
-        for (s, side) in sides.iter().enumerate() {
+        for (s, side) in sides.into_iter().enumerate() {
             let scan_schema = &side.scan.projected_schema;
             let source = self.source_of(side.scan);
             let index = match sources.iter().position(|t| t.name == source.name) {
@@ -140,28 +163,44 @@ impl Lowering {
                     sources.len() - 1
                 }
             };
-            let projection = side
-                .chain
-                .outputs(side.schema)?
-                .iter()
-                .map(|e| self.physical(e, scan_schema))
-                .collect::<Result<Vec<_>>>()?;
             let key_exprs = keys[s]
                 .iter()
                 .map(|e| self.physical(e, side.schema))
                 .collect::<Result<Vec<_>>>()?;
+            let time_offset = side.windows.as_ref().map_or(0, |w| w.offset);
+            let input = match side.windows {
+                Some(w) => SideInput::Windows {
+                    plan: Box::new(w.plan),
+                    key_columns: w.key_columns,
+                },
+                None => {
+                    let projection = side
+                        .chain
+                        .outputs(side.schema)?
+                        .iter()
+                        .map(|e| self.physical(e, scan_schema))
+                        .collect::<Result<Vec<_>>>()?;
+                    SideInput::Rows {
+                        filter: self.conjunction(side.chain.filters()?, scan_schema)?,
+                        event_time: Arc::clone(&projection[times[s]]),
+                        projection,
+                    }
+                }
+            };
             lowered.push(JoinSide {
                 source: index,
-                filter: self.conjunction(side.chain.filters()?, scan_schema)?,
-                event_time: Arc::clone(&projection[times[s]]),
-                projection,
+                input,
                 schema: Arc::new(side.schema.as_arrow().clone()),
                 time_column: times[s],
+                time_offset,
                 keys: key_exprs,
             });
         }
         let condition = self.conjunction(rest, &join.schema)?;
-        let row_time = default_row_time(kind);
+        let mut row_time = default_row_time(kind);
+        row_time.delay = row_time
+            .delay
+            .saturating_add(lowered[row_time.side].time_offset);
         let [left, right]: [JoinSide; 2] = lowered.try_into().map_err(|_| unreachable_sides())?;
         Ok(StageInput {
             schema: Arc::clone(&join.schema),
@@ -174,6 +213,55 @@ impl Lowering {
                 row_time,
             }),
         })
+    }
+
+    /// A join input: source rows under projections and filters, or a
+    /// windowed aggregation of them.
+    fn side<'a>(&self, plan: &'a LogicalPlan) -> Result<Side<'a>> {
+        let chain = Chain::walk(plan, true)?;
+        match chain.bottom {
+            LogicalPlan::TableScan(scan) => Ok(Side {
+                chain,
+                scan,
+                schema: plan.schema(),
+                windows: None,
+            }),
+            LogicalPlan::Aggregate(agg) => {
+                let below = Chain::walk(&agg.input, false)?;
+                let LogicalPlan::TableScan(scan) = below.bottom else {
+                    return Err(unsupported_node(below.bottom));
+                };
+                let lowered = self.lower_aggregation(plan, &chain, agg)?;
+                let offset = match lowered.plan.window {
+                    Some(WindowSpec::Tumble { size } | WindowSpec::Hop { size, .. }) => size - 1,
+                    _ => {
+                        return Err(EngineError::unsupported(
+                            "a join can read an aggregation only if it is windowed by TUMBLE or HOP (each window joins once, when it closes)",
+                            "GROUP BY ..., TUMBLE(ts, INTERVAL '10' SECOND) in the subquery",
+                        ));
+                    }
+                };
+                if lowered.plan.having.is_some() {
+                    return Err(EngineError::unsupported(
+                        "HAVING in an aggregation a join reads is not supported",
+                        "filter in the outer query's WHERE instead",
+                    ));
+                }
+                let column = lowered.window_output.ok_or_else(unreachable_sides)?;
+                Ok(Side {
+                    chain,
+                    scan,
+                    schema: plan.schema(),
+                    windows: Some(Windowed {
+                        plan: lowered.plan,
+                        key_columns: lowered.key_columns,
+                        column,
+                        offset,
+                    }),
+                })
+            }
+            other => Err(unsupported_node(other)),
+        }
     }
 
     /// The versioned side, if any, and the time it is read as of.
@@ -192,6 +280,9 @@ impl Lowering {
                 .schema()
                 .metadata()
                 .contains_key(PRIMARY_KEY_METADATA);
+            if side.windows.is_some() {
+                continue;
+            }
             if let Some(v) = marked {
                 found.push((
                     s,
@@ -214,18 +305,6 @@ impl Lowering {
 
 fn unreachable_sides() -> EngineError {
     EngineError::Internal("a join has two sides".into())
-}
-
-fn side(plan: &LogicalPlan) -> Result<Side<'_>> {
-    let chain = Chain::walk(plan, false)?;
-    let LogicalPlan::TableScan(scan) = chain.bottom else {
-        return Err(unsupported_node(chain.bottom));
-    };
-    Ok(Side {
-        chain,
-        scan,
-        schema: plan.schema(),
-    })
 }
 
 /// `a = b` with `a` over the left side only and `b` over the right only
@@ -328,6 +407,27 @@ fn interval_bounds(
     let mut lo = i64::MIN;
     let mut hi = i64::MAX;
     let mut columns: [Option<Column>; 2] = [None, None];
+    // A windowed aggregation's time is its window column plus `offset`.
+    let window: [Option<(Column, i64)>; 2] = [0, 1].map(|s| {
+        sides[s].windows.as_ref().map(|w| {
+            let (q, f) = sides[s].schema.qualified_field(w.column);
+            (Column::from((q, f)), w.offset)
+        })
+    });
+    // Two aggregations joined on equal windows: their times differ by the
+    // difference of their offsets.
+    for (l, r) in keys[0].iter().zip(&keys[1]) {
+        if let (Expr::Column(cl), Expr::Column(cr), Some((wl, ol)), Some((wr, or))) =
+            (l, r, &window[0], &window[1])
+            && cl == wl
+            && cr == wr
+        {
+            let d = ol - or;
+            lo = lo.max(d);
+            hi = hi.min(d);
+            columns = [Some(cl.clone()), Some(cr.clone())];
+        }
+    }
     // A windowed join: equal windows of the two times (`date_bin(s, l.ts) =
     // date_bin(s, r.ts)`, a key) put them less than one window apart.
     for (l, r) in keys[0].iter().zip(&keys[1]) {
@@ -359,6 +459,15 @@ fn interval_bounds(
         if sa == sb {
             return Ok(());
         }
+        // A window column stands for its window's time minus the offset.
+        let shift = |s: usize, c: &Column| match &window[s] {
+            Some((w, offset)) if w == c => -*offset,
+            _ => 0,
+        };
+        let (x, y) = (
+            x.saturating_add(shift(sa, &ca)),
+            y.saturating_add(shift(sb, &cb)),
+        );
         for (s, c) in [(sa, &ca), (sb, &cb)] {
             let (_, field) = sides[s].schema.qualified_field_from_column(c)?;
             if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
@@ -493,7 +602,7 @@ pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) ->
         .ok_or_else(refuse)?;
     j.row_time = JoinRowTime {
         side,
-        delay: delay_of(j.kind, side)?,
+        delay: delay_of(j.kind, side)?.saturating_add(j.sides[side].time_offset),
     };
     Ok(())
 }

@@ -549,14 +549,8 @@ impl Lowering {
         agg: &datafusion_expr::logical_plan::Aggregate,
         output_schema: Arc<Schema>,
     ) -> Result<QueryPlan> {
-        let input = Chain::walk(&agg.input, false)?;
-        let mut stage_input = self.stage_input(input.bottom)?;
-        let scan_schema = &Arc::clone(&stage_input.schema);
-        let groups = self.lower_group_by(agg, &input, &mut stage_input)?;
-        let aggregates = self.lower_aggregates(agg, &input, scan_schema)?;
-        let stage = stage_schema(agg)?;
-        let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
-        let key_columns = key_columns(&outputs, &stage, agg, &groups)?;
+        let lowered = self.lower_aggregation(root, top, agg)?;
+        let key_columns = lowered.key_columns;
         if !self.options.key.is_empty() {
             let names: Vec<&str> = key_columns
                 .iter()
@@ -572,20 +566,48 @@ impl Lowering {
                 ));
             }
         }
+        Ok(QueryPlan {
+            sql: self.sql.clone(),
+            sources: lowered.input.sources,
+            join: lowered.input.join,
+            input_schema: Arc::new(lowered.input.schema.as_arrow().clone()),
+            output_schema,
+            key_columns,
+            kind: QueryKind::Aggregate(lowered.plan),
+            options: self.options.clone(),
+        })
+    }
+
+    /// An aggregation node with the chain `top` above it up to `root`:
+    /// its plan over what it reads, and its key columns among `root`'s.
+    pub(super) fn lower_aggregation(
+        &self,
+        root: &LogicalPlan,
+        top: &Chain<'_>,
+        agg: &datafusion_expr::logical_plan::Aggregate,
+    ) -> Result<LoweredAggregation> {
+        let input = Chain::walk(&agg.input, false)?;
+        let mut stage_input = self.stage_input(input.bottom)?;
+        let scan_schema = &Arc::clone(&stage_input.schema);
+        let groups = self.lower_group_by(agg, &input, &mut stage_input)?;
+        let aggregates = self.lower_aggregates(agg, &input, scan_schema)?;
+        let stage = stage_schema(agg)?;
+        let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
+        let key_columns = key_columns(&outputs, &stage, agg, &groups)?;
+        // Where the window column stands in the result.
+        let window_output = groups.window_position.and_then(|w| {
+            outputs.iter().position(
+                |e| matches!(e, Expr::Column(c) if stage.index_of_column(c).ok() == Some(w)),
+            )
+        });
         let projection = outputs
             .iter()
             .map(|e| self.physical(e, &stage))
             .collect::<Result<Vec<_>>>()?;
         let having = self.conjunction(having, &stage)?;
         let filter = self.conjunction(input.filters()?, scan_schema)?;
-        Ok(QueryPlan {
-            sql: self.sql.clone(),
-            sources: stage_input.sources,
-            join: stage_input.join,
-            input_schema: Arc::new(scan_schema.as_arrow().clone()),
-            output_schema,
-            key_columns,
-            kind: QueryKind::Aggregate(AggregatePlan {
+        Ok(LoweredAggregation {
+            plan: AggregatePlan {
                 filter,
                 event_time: groups.event_time,
                 window: groups.window,
@@ -596,8 +618,10 @@ impl Lowering {
                 window_position: groups.window_position,
                 having,
                 projection,
-            }),
-            options: self.options.clone(),
+            },
+            key_columns,
+            window_output,
+            input: stage_input,
         })
     }
 
@@ -707,6 +731,16 @@ impl Lowering {
         }
         Ok(aggregates)
     }
+}
+
+/// An aggregation, lowered.
+pub(super) struct LoweredAggregation {
+    pub(super) plan: AggregatePlan,
+    /// Indices of the key columns in the result.
+    pub(super) key_columns: Vec<usize>,
+    /// Index of the window column in the result, if windowed.
+    pub(super) window_output: Option<usize>,
+    pub(super) input: StageInput,
 }
 
 /// What a stage (pass-through or aggregation) reads.

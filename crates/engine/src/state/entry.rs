@@ -24,6 +24,8 @@ pub enum StateEntry {
     },
     /// The rows a join holds for one side (0 left, 1 right): `join/<side>`.
     JoinSide(u8),
+    /// State of the aggregation a join side reads: `side/<side>/<entry>`.
+    Side(u8, Box<StateEntry>),
 }
 
 impl StateEntry {
@@ -39,12 +41,20 @@ impl StateEntry {
                 partition,
             } => format!("pending/{tick}/{seq}/{partition}"),
             StateEntry::JoinSide(side) => format!("join/{side}"),
+            StateEntry::Side(side, inner) => format!("side/{side}/{}", inner.name()),
         }
     }
 
     pub fn parse(name: &str) -> Result<Self> {
         let bad = || EngineError::Checkpoint(format!("unknown state entry {name:?}"));
         let num = |s: &str| s.parse::<i64>().map_err(|_| bad());
+        if let Some(rest) = name.strip_prefix("side/") {
+            let (side, inner) = rest.split_once('/').ok_or_else(bad)?;
+            return Ok(StateEntry::Side(
+                side.parse().map_err(|_| bad())?,
+                Box::new(Self::parse(inner)?),
+            ));
+        }
         let parts: Vec<&str> = name.split('/').collect();
         Ok(match parts.as_slice() {
             ["state"] => StateEntry::Groups,
@@ -93,6 +103,14 @@ mod tests {
                 partition: 3,
             },
             StateEntry::JoinSide(1),
+            StateEntry::Side(
+                0,
+                Box::new(StateEntry::Pending {
+                    tick: 1,
+                    seq: 0,
+                    partition: 2,
+                }),
+            ),
         ] {
             assert_eq!(StateEntry::parse(&e.name()).unwrap(), e);
         }
