@@ -338,6 +338,99 @@ fn temporal_join_of_two_topics_equals_oracle() {
     assert_matches("temporal join over Kafka", &fold_recs(&recs), &want);
 }
 
+/// A join whose table side (a topic) goes quiet: once idle it catches up
+/// with the stream's watermark, and every window closes without new
+/// versions; the output equals the oracle.
+#[test]
+fn idle_table_side_does_not_hold_the_join_back() {
+    let Some(_broker) = serial() else { return };
+    let merchants = unique("idle-merchants");
+    create_topic_with(&merchants, 1, &[("cleanup.policy", "compact")]);
+    let mut order_lines = events(3_000, 6, 1_000, 9);
+    // A last order far ahead, of a merchant without versions (dropped by
+    // the join): it moves the stream's watermark past every real window.
+    order_lines.push(r#"{"merchant":"zz","ts":"2024-01-02T00:00:00Z","amount":1}"#.into());
+    let base = ubik_testkit::events::BASE_MS;
+    let merchant_lines: Vec<String> = (0..6)
+        .map(|k| {
+            let mut ts = Vec::new();
+            ubik_engine::time::write_rfc3339_micros(&mut ts, (base - 1_000 + k) * 1000);
+            format!(
+                r#"{{"id":"m{k:03}","region":"r{}","ts":"{}"}}"#,
+                k % 2,
+                String::from_utf8(ts).unwrap()
+            )
+        })
+        .collect();
+    produce(&merchants, &merchant_lines);
+    let dir = tempfile::tempdir().unwrap();
+    let orders = dir.path().join("orders.jsonl");
+    std::fs::write(&orders, ubik_testkit::events::jsonl(&order_lines)).unwrap();
+    let sql = format!(
+        "SELECT m.region, TUMBLE(o.ts, INTERVAL '1' MINUTE) AS w, count(*) AS n \
+         FROM orders o JOIN \"{merchants}\" FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id \
+         GROUP BY m.region, TUMBLE(o.ts, INTERVAL '1' MINUTE)"
+    );
+    let mut child = Running(
+        ubik()
+            .args(["run", &sql])
+            .args(["--from", &format!("orders={}", orders.display())])
+            .args(["--from", &format!("kafka://{}/{merchants}", broker())])
+            .args(["--schema", &format!("orders={SCHEMA}")])
+            .args([
+                "--schema",
+                &format!("{merchants}=id VARCHAR, region VARCHAR, ts TIMESTAMP"),
+            ])
+            .args(["--idle-timeout", "1s", "--lateness", "5s", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let want = ubik_testkit::oracle_tables(
+        "SELECT m.region, date_bin(INTERVAL '1 minute', o.ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, \
+           count(*) AS n FROM orders o JOIN merchants m ON o.merchant = m.id GROUP BY 1, 2",
+        &[
+            (
+                "orders",
+                &read_jsonl(
+                    ubik_testkit::events::jsonl(&order_lines).as_bytes(),
+                    &orders_schema(SCHEMA),
+                ),
+            ),
+            (
+                "merchants",
+                &read_jsonl(
+                    ubik_testkit::events::jsonl(&merchant_lines).as_bytes(),
+                    &orders_schema("id VARCHAR, region VARCHAR, ts TIMESTAMP"),
+                ),
+            ),
+        ],
+        &[0, 1],
+    );
+    // Read the changelog until it holds every window (the merchants topic
+    // never ends: only idle close can close them).
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ubik_testkit::fold_lines(&lines).len() < want.len() && Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(l);
+        }
+    }
+    drop(child);
+    assert_matches("idle table side", &ubik_testkit::fold_lines(&lines), &want);
+}
+
 /// A spawned `ubik`, killed when dropped: a failed assertion must not leave
 /// it running, holding the transactional id the next run uses.
 struct Running(Child);

@@ -678,9 +678,11 @@ impl Pipeline {
     }
 
     /// Idle close: a partition without data for `idle_timeout` has its
-    /// watermark advanced with the wall clock, so the last windows of a quiet
-    /// stream still close. The decision is logged first, so a replay makes
-    /// it at the same input position.
+    /// watermark advanced with the wall clock, and at least up to the
+    /// furthest data of any other partition (of any source), so the last
+    /// windows of a quiet stream still close and a quiet source does not
+    /// hold a join back. The decision is logged first, so a replay makes it
+    /// at the same input position.
     fn on_idle(&mut self, out: &mut Output) -> Result<()> {
         let Some(timeout) = self.idle_timeout else {
             return Ok(());
@@ -705,12 +707,13 @@ impl Pipeline {
         };
         let lateness = progress.lateness;
         let grid = self.query.plan().options.emit_every_rows.max(1);
-        let others_max = progress
-            .partitions
-            .values()
-            .filter(|pp| !pp.ended && pp.max_time != MIN_TIME)
-            .map(|pp| pp.watermark(lateness))
-            .max();
+        // How far the data of each partition (ended ones too) has got: an
+        // idle partition catches up with the furthest other one, so a quiet
+        // source (a table side of a join, an empty partition) does not hold
+        // the others back.
+        let data_watermark = |pp: &ubik_engine::progress::PartitionProgress| {
+            (pp.max_time != MIN_TIME).then(|| pp.max_time.saturating_sub(lateness))
+        };
         for (&p, pp) in &progress.partitions {
             if pp.ended {
                 continue;
@@ -727,6 +730,12 @@ impl Pipeline {
             {
                 continue;
             }
+            let others_max = progress
+                .partitions
+                .iter()
+                .filter(|(q, _)| **q != p)
+                .filter_map(|(_, other)| data_watermark(other))
+                .max();
             let target = if !event_time {
                 next_tick(pp.max_time, grid)
             } else if pp.max_time == MIN_TIME {
@@ -735,9 +744,11 @@ impl Pipeline {
                     None => continue,
                 }
             } else {
-                pp.max_time
+                let own = pp
+                    .max_time
                     .saturating_sub(lateness)
-                    .saturating_add(idle_for.as_micros() as i64)
+                    .saturating_add(idle_for.as_micros() as i64);
+                own.max(others_max.unwrap_or(MIN_TIME))
             };
             if target <= pp.watermark(lateness) {
                 continue;
