@@ -7,7 +7,9 @@ __version__: str
 
 Duration = Union[str, float, timedelta]
 SchemaLike = Union[pa.Schema, str, Mapping[str, Union[pa.Schema, str]]]
-Source = Union[str, pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch], Any]
+OneSource = Union[str, pa.Table, pa.RecordBatch, pa.RecordBatchReader, Iterable[pa.RecordBatch], Any]
+# One source, or several by SQL table name (a join).
+Source = Union[OneSource, Mapping[str, OneSource]]
 
 KEY_METADATA: bytes
 KIND_METADATA: bytes
@@ -35,6 +37,7 @@ def validate(
     emit_interval: Optional[Duration] = None,
     max_future: Optional[Duration] = None,
     event_time: Optional[str] = None,
+    key: Optional[str] = None,
 ) -> pa.Schema: ...
 def key_columns(schema: pa.Schema) -> list[str]: ...
 
@@ -70,6 +73,7 @@ def stream(
     emit_interval: Optional[Duration] = None,
     max_future: Optional[Duration] = None,
     event_time: Optional[str] = None,
+    key: Optional[str] = None,
     on_error: Optional[str] = None,
     batch_size: Optional[int] = None,
     threads: Optional[int] = None,
@@ -94,6 +98,7 @@ def pipeline(
     emit_interval: Optional[Duration] = None,
     max_future: Optional[Duration] = None,
     event_time: Optional[str] = None,
+    key: Optional[str] = None,
     on_error: Optional[str] = None,
     batch_size: Optional[int] = None,
     threads: Optional[int] = None,
