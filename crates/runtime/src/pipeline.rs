@@ -382,17 +382,17 @@ impl Pipeline {
                         ErrorPolicy::Fail => {
                             return Err(RuntimeError::BadRecord(format!(
                                 "bad record at {place}: {}\nuse --on-error skip to skip bad records or --on-error dlq to dead-letter them",
-                                bad.message
+                                bad.message()
                             )));
                         }
                         ErrorPolicy::Skip => {
-                            warn!("skipping bad record at {place}: {}", bad.message);
+                            warn!("skipping bad record at {place}: {}", bad.message());
                         }
                         ErrorPolicy::DeadLetter => {
                             self.stats.dead_letters += 1;
                             self.dead_letters.write(&DeadLetter {
                                 reason: "decode",
-                                message: &bad.message,
+                                message: &bad.message(),
                                 source: &self.source_name,
                                 partition: p,
                                 position: pos.map(|x| (x, chunk.position_name)),
