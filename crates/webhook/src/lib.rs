@@ -14,6 +14,7 @@ pub mod body;
 pub mod buffer;
 pub mod config;
 pub mod dedupe;
+pub mod door;
 pub mod error;
 pub mod metrics;
 pub mod server;
