@@ -474,12 +474,23 @@ impl Pipeline {
                 self.stats.late_rows += 1;
             }
             let message = r.reason.to_string();
+            let rendered;
             let (position, record) = match chunk {
                 Some((c, record_of, offset)) => {
                     let idx = record_of.get(r.row + offset).map(|&i| i as usize);
+                    let record = match (&c.payload, idx) {
+                        // Rows that arrived as Arrow (a webhook buffer, a host's
+                        // batches) have no bytes of their own: the dead letter
+                        // carries the row as JSON.
+                        (Payload::Arrow(b), Some(i)) => {
+                            rendered = row_json(b, i);
+                            rendered.as_deref()
+                        }
+                        (_, i) => i.and_then(|i| c.payload.record(i)),
+                    };
                     (
                         idx.and_then(|i| c.positions.get(i).map(|&x| (x, c.position_name))),
-                        idx.and_then(|i| c.payload.record(i)),
+                        record,
                     )
                 }
                 None => (None, None),
@@ -651,6 +662,21 @@ impl Pipeline {
     pub fn take_restored(&mut self) -> Vec<ChangeBatch> {
         self.restored_output.drain(..).collect()
     }
+}
+
+/// Row `i` of `batch` as one JSON object (a dead letter's record).
+fn row_json(batch: &RecordBatch, i: usize) -> Option<Vec<u8>> {
+    if i >= batch.num_rows() {
+        return None;
+    }
+    let mut w = arrow::json::LineDelimitedWriter::new(Vec::new());
+    w.write(&batch.slice(i, 1)).ok()?;
+    w.finish().ok()?;
+    let mut out = w.into_inner();
+    while out.last() == Some(&b'\n') {
+        out.pop();
+    }
+    Some(out)
 }
 
 /// Casts an in-process Arrow batch to the declared source schema.
