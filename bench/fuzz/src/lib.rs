@@ -131,7 +131,11 @@ fn typed() -> impl Strategy<Value = String> {
         (0i64..4_000_000_000_000, 0u8..3).prop_map(|(ms, form)| match form {
             0 => format!("\"ts\":{ms}"),
             1 => format!("\"ts\":\"{ms}\""),
-            _ => format!("\"ts\":\"2026-11-29T15:{:02}:00.{:03}Z\"", ms % 60, ms % 1000),
+            _ => format!(
+                "\"ts\":\"2026-11-29T15:{:02}:00.{:03}Z\"",
+                ms % 60,
+                ms % 1000
+            ),
         }),
         any::<bool>().prop_map(|v| format!("\"b\":{v}")),
         any::<i32>().prop_map(|v| format!("\"small\":{v}")),
@@ -263,7 +267,7 @@ impl Request {
             headers.insert("content-type", v);
         }
         let mut encoding = self.encoding.clone();
-        if self.gzip % 3 != 0 {
+        if !self.gzip.is_multiple_of(3) {
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             let _ = gz.write_all(&body);
             body = gz.finish().unwrap_or_default();
