@@ -14,7 +14,20 @@ use crate::json::JsonDecoder;
 pub struct BadRecord {
     /// Index of the record in the slice given to [`RecordDecoder::decode`].
     pub index: usize,
-    pub message: String,
+    /// The field at fault (dotted for nested fields), when known.
+    pub field: Option<String>,
+    /// Why, without the field.
+    pub reason: String,
+}
+
+impl BadRecord {
+    /// `field 'x': reason`, or the reason alone.
+    pub fn message(&self) -> String {
+        match &self.field {
+            Some(f) => format!("field '{f}': {}", self.reason),
+            None => self.reason.clone(),
+        }
+    }
 }
 
 /// The result of decoding a chunk of records.

@@ -7,15 +7,24 @@
 //!
 //! When a chunk contains a bad record, the chunk is decoded again record by
 //! record so the good ones are kept and each bad one is reported with its
-//! index and the reason.
+//! index, the field and the reason.
+//!
+//! Besides what arrow-json refuses (invalid UTF-8, a value of the wrong type,
+//! an integer out of range, a record that is not one object), a record is
+//! refused when it nests objects/arrays deeper than [`MAX_DEPTH`] or holds a
+//! number too large for its float column (it would become infinity).
+//! Duplicate keys in an object are accepted: the last one wins.
+//! This decoder is the one the webhook endpoint runs before it
+//! acknowledges, so what it accepts there cannot fail here later.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{
-    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
-    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
+    DataType, Field, Float32Type, Float64Type, Schema, SchemaRef, TimeUnit,
+    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType,
 };
 use arrow::json::reader::{Decoder, ReaderBuilder};
 
@@ -25,6 +34,110 @@ use crate::timestamp::parse_timestamp_micros;
 
 /// Records decoded per tape; arrow-json preallocates for this many.
 const CHUNK: usize = 8192;
+
+/// The deepest nesting of objects and arrays a record may have; the record's
+/// own object is level 1. Deeper records are refused (no real event nests
+/// this deep; a hostile one would cost every later reader).
+pub const MAX_DEPTH: usize = 64;
+
+/// Byte offset at which `record` nests deeper than [`MAX_DEPTH`], if it does.
+fn too_deep(record: &[u8]) -> Option<usize> {
+    // Fewer opening brackets than the limit cannot nest deeper: one
+    // vectorised count instead of a byte loop for almost every record.
+    if memchr::memchr2_iter(b'{', b'[', record)
+        .take(MAX_DEPTH + 1)
+        .count()
+        <= MAX_DEPTH
+    {
+        return None;
+    }
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for (i, &c) in record.iter().enumerate() {
+        if in_str {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match c {
+            b'"' => in_str = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Some(i);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The top-level key whose value contains byte `offset` of `record` (for
+/// errors that arrow-json reports without a field). Error path only.
+fn field_at(record: &[u8], offset: usize) -> Option<String> {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    let (mut start, mut last_string, mut key) = (0usize, None, None);
+    for (i, &c) in record.iter().enumerate().take(offset) {
+        if in_str {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_str = false;
+                if depth == 1 {
+                    last_string = Some(start..i);
+                }
+            }
+            continue;
+        }
+        match c {
+            b'"' => {
+                in_str = true;
+                start = i + 1;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 1 => key = last_string.take(),
+            b',' if depth == 1 => key = None,
+            _ => {}
+        }
+    }
+    key.map(|r| String::from_utf8_lossy(&record[r]).into_owned())
+}
+
+/// Field and reason of a record arrow-json (or the checks around it) refused.
+fn refusal(record: &[u8], message: String) -> (Option<String>, String) {
+    if let Some(at) = too_deep(record) {
+        return (
+            field_at(record, at),
+            format!("nested deeper than {MAX_DEPTH} levels (byte {at} of the record)"),
+        );
+    }
+    if let Err(e) = std::str::from_utf8(record) {
+        let at = e.valid_up_to();
+        return (
+            field_at(record, at),
+            format!("invalid UTF-8 at byte {at} of the record"),
+        );
+    }
+    // arrow-json prefixes "whilst decoding field 'a': " per nesting level.
+    let mut path: Vec<&str> = Vec::new();
+    let mut rest = message.as_str();
+    while let Some(r) = rest.strip_prefix("whilst decoding field '") {
+        let Some(end) = r.find("': ") else { break };
+        path.push(&r[..end]);
+        rest = &r[end + 3..];
+    }
+    let field = (!path.is_empty()).then(|| path.join("."));
+    (field, rest.to_string())
+}
 
 /// Decodes records into batches of one schema. Large inputs are split into
 /// chunks decoded on several threads; the result is the same rows in the
@@ -107,7 +220,7 @@ impl JsonDecoder {
             }
             bad.extend(d.bad.into_iter().map(|b| BadRecord {
                 index: b.index + base,
-                message: b.message,
+                ..b
             }));
             parts.push(d.batch);
         }
@@ -190,6 +303,9 @@ impl ChunkDecoder {
     /// All records at once; `None` if any record is not exactly one object.
     fn decode_fast(&mut self, records: &[&[u8]]) -> Result<Option<Decoded>> {
         for (i, r) in records.iter().enumerate() {
+            if too_deep(r).is_some() {
+                return Ok(None);
+            }
             let read = self.decoder.decode(r)?;
             if read != r.len() || self.decoder.has_partial_record() || self.decoder.len() != i + 1 {
                 return Ok(None);
@@ -199,7 +315,7 @@ impl ChunkDecoder {
             Some(b) => b,
             None => RecordBatch::new_empty(Arc::clone(&self.decode_schema)),
         };
-        let (batch, bad) = self.convert_timestamps(batch, None)?;
+        let (batch, bad) = self.check_columns(batch, None)?;
         let records = if bad.is_empty() {
             Vec::new()
         } else {
@@ -227,12 +343,17 @@ impl ChunkDecoder {
                 }
                 Err(message) => {
                     self.decoder = Self::build(&self.decode_schema)?;
-                    bad.push(BadRecord { index: i, message });
+                    let (field, reason) = refusal(r, message);
+                    bad.push(BadRecord {
+                        index: i,
+                        field,
+                        reason,
+                    });
                 }
             }
         }
         let batch = concat_batches(&self.decode_schema, &rows)?;
-        let (batch, ts_bad) = self.convert_timestamps(batch, Some(&kept))?;
+        let (batch, ts_bad) = self.check_columns(batch, Some(&kept))?;
         if !ts_bad.is_empty() {
             let gone: std::collections::HashSet<usize> = ts_bad.iter().map(|b| b.index).collect();
             kept.retain(|i| !gone.contains(&(*i as usize)));
@@ -247,6 +368,9 @@ impl ChunkDecoder {
     }
 
     fn decode_one(&mut self, record: &[u8]) -> std::result::Result<RecordBatch, String> {
+        if too_deep(record).is_some() {
+            return Err(String::new());
+        }
         let text = |e: arrow::error::ArrowError| clean_message(&e.to_string());
         let read = self.decoder.decode(record).map_err(text)?;
         if self.decoder.has_partial_record() || read != record.len() {
@@ -267,9 +391,10 @@ impl ChunkDecoder {
             .ok_or_else(|| "empty record".to_string())
     }
 
-    /// Parses the text of timestamp columns; rows that do not parse are
-    /// reported (by record index, through `index_of`) and removed.
-    fn convert_timestamps(
+    /// Parses the text of timestamp columns and refuses numbers too large
+    /// for their float column; rows that fail are reported (by record index,
+    /// through `index_of`) and removed.
+    fn check_columns(
         &self,
         batch: RecordBatch,
         index_of: Option<&[u32]>,
@@ -278,6 +403,24 @@ impl ChunkDecoder {
         let mut columns = batch.columns().to_vec();
         let mut ok = vec![true; n];
         let mut bad = Vec::new();
+        for (c, field) in self.schema.fields().iter().enumerate() {
+            // A finite JSON number beyond the float range parses as infinity.
+            let infinite: Vec<usize> = match field.data_type() {
+                DataType::Float64 => infinite_rows(columns[c].as_primitive::<Float64Type>()),
+                DataType::Float32 => infinite_rows(columns[c].as_primitive::<Float32Type>()),
+                _ => continue,
+            };
+            for i in infinite {
+                if ok[i] {
+                    ok[i] = false;
+                    bad.push(BadRecord {
+                        index: index_of.map_or(i, |ix| ix[i] as usize),
+                        field: Some(field.name().clone()),
+                        reason: format!("number out of range for {}", field.data_type()),
+                    });
+                }
+            }
+        }
         for &c in &self.timestamps {
             let field = self.schema.field(c);
             let DataType::Timestamp(unit, tz) = field.data_type() else {
@@ -305,9 +448,9 @@ impl ChunkDecoder {
                             ok[i] = false;
                             bad.push(BadRecord {
                                 index: index_of.map_or(i, |ix| ix[i] as usize),
-                                message: format!(
-                                    "field '{}': cannot read {:?} as a timestamp (expected RFC 3339 such as 2026-11-29T15:01:00Z, or epoch milliseconds)",
-                                    field.name(),
+                                field: Some(field.name().clone()),
+                                reason: format!(
+                                    "cannot read {:?} as a timestamp (expected RFC 3339 such as 2026-11-29T15:01:00Z, or epoch milliseconds)",
                                     truncate(s, 64)
                                 ),
                             });
@@ -344,9 +487,38 @@ impl ChunkDecoder {
         if bad.is_empty() {
             return Ok((out, bad));
         }
+        bad.sort_by_key(|b| b.index);
         let out = filter_record_batch(&out, &BooleanArray::from(ok))?;
         Ok((out, bad))
     }
+}
+
+trait Infinite: Copy {
+    fn is_inf(self) -> bool;
+}
+impl Infinite for f64 {
+    fn is_inf(self) -> bool {
+        self.is_infinite()
+    }
+}
+impl Infinite for f32 {
+    fn is_inf(self) -> bool {
+        self.is_infinite()
+    }
+}
+
+/// Rows of a float column holding infinity.
+fn infinite_rows<T>(a: &PrimitiveArray<T>) -> Vec<usize>
+where
+    T: arrow::datatypes::ArrowPrimitiveType,
+    T::Native: Infinite,
+{
+    if !a.values().iter().any(|v| v.is_inf()) {
+        return Vec::new();
+    }
+    (0..a.len())
+        .filter(|&i| a.is_valid(i) && a.value(i).is_inf())
+        .collect()
 }
 
 fn scale(us: i64, unit: TimeUnit) -> Option<i64> {
@@ -437,7 +609,9 @@ mod tests {
         assert_eq!(out.records, vec![0, 1]);
         let bad: Vec<usize> = out.bad.iter().map(|b| b.index).collect();
         assert_eq!(bad, vec![2, 3, 4]);
-        assert!(out.bad[1].message.contains("timestamp"), "{:?}", out.bad);
+        assert!(out.bad[1].reason.contains("timestamp"), "{:?}", out.bad);
+        assert_eq!(out.bad[1].field.as_deref(), Some("ts"));
+        assert_eq!(out.bad[2].field.as_deref(), Some("n"));
         let ts = out
             .batch
             .column(1)
@@ -459,5 +633,62 @@ mod tests {
         assert_eq!(out.batch.num_rows(), 1);
         assert_eq!(out.bad.len(), 1);
         assert_eq!(out.bad[0].index, 0);
+    }
+
+    #[test]
+    fn hostile_records_are_refused_with_field_and_reason() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("m", DataType::Utf8, true),
+            Field::new("x", DataType::Float64, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let mut d = JsonDecoder::new(schema).unwrap();
+        let deep = format!(
+            "{{\"m\":\"a\",\"z\":{}1{}}}",
+            "[".repeat(80),
+            "]".repeat(80)
+        );
+        let ok_deep = format!("{{\"z\":{}1{}}}", "[".repeat(63), "]".repeat(63));
+        let records: Vec<&[u8]> = vec![
+            b"{\"n\":1,\"m\":\"a\xffb\"}",
+            br#"{"x":1e400}"#,
+            br#"{"n":123456789012345678901234567890}"#,
+            deep.as_bytes(),
+            br#"{"n":1,"n":2}"#,
+            br#"[{"n":1}]"#,
+            ok_deep.as_bytes(),
+        ];
+        let out = d.decode(&records).unwrap();
+        let got: Vec<(usize, Option<&str>)> = out
+            .bad
+            .iter()
+            .map(|b| (b.index, b.field.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, Some("m")),
+                (1, Some("x")),
+                (2, Some("n")),
+                (3, Some("z")),
+                (5, None)
+            ],
+            "{:?}",
+            out.bad
+        );
+        assert!(out.bad[0].reason.contains("UTF-8"), "{:?}", out.bad[0]);
+        assert!(
+            out.bad[1].reason.contains("out of range"),
+            "{:?}",
+            out.bad[1]
+        );
+        assert!(
+            out.bad[3].reason.contains("deeper than 64"),
+            "{:?}",
+            out.bad[3]
+        );
+        // Duplicate keys: the last one wins.
+        assert_eq!(out.records, vec![4, 6]);
+        assert_eq!(out.batch.column(2).as_primitive::<Int64Type>().value(0), 2);
     }
 }

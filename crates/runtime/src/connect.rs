@@ -89,7 +89,11 @@ fn open_endpoint(endpoint: Endpoint, at: &Opening<'_>) -> Result<Box<dyn Source>
         }
         Endpoint::Webhook(url) => {
             let owner = webhook_owner(&url, at);
-            Box::new(ubik_webhook::WebhookSource::open(&url, &owner).map_err(ConnectorError::from)?)
+            // The endpoint decodes at the door: it needs the declared schema.
+            Box::new(
+                ubik_webhook::WebhookSource::open(&url, &owner, at.schema.cloned())
+                    .map_err(ConnectorError::from)?,
+            )
         }
         Endpoint::Arrow(reader) => Box::new(ArrowSource::new(at.table, reader)),
         Endpoint::Provided(s) => s,

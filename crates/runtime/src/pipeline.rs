@@ -539,17 +539,17 @@ impl Pipeline {
                         ErrorPolicy::Fail => {
                             return Err(RuntimeError::BadRecord(format!(
                                 "bad record at {place}: {}\nuse --on-error skip to skip bad records or --on-error dlq to dead-letter them",
-                                bad.message
+                                bad.message()
                             )));
                         }
                         ErrorPolicy::Skip => {
-                            warn!("skipping bad record at {place}: {}", bad.message);
+                            warn!("skipping bad record at {place}: {}", bad.message());
                         }
                         ErrorPolicy::DeadLetter => {
                             self.stats.dead_letters += 1;
                             self.dead_letters.write(&DeadLetter {
                                 reason: "decode",
-                                message: &bad.message,
+                                message: &bad.message(),
                                 source: &self.inputs[input].name,
                                 partition: chunk.partition,
                                 position: pos.map(|x| (x, chunk.position_name)),
@@ -641,12 +641,23 @@ impl Pipeline {
             let message = r.reason.to_string();
             let input = &self.inputs
                 [chunk.map_or(source_of(r.partition).min(self.inputs.len() - 1), |c| c.1)];
+            let rendered;
             let (position, record) = match chunk {
                 Some((c, _, record_of, offset)) => {
                     let idx = record_of.get(r.row + offset).map(|&i| i as usize);
+                    let record = match (&c.payload, idx) {
+                        // Rows that arrived as Arrow (a webhook buffer, a host's
+                        // batches) have no bytes of their own: the dead letter
+                        // carries the row as JSON.
+                        (Payload::Arrow(b), Some(i)) => {
+                            rendered = row_json(b, i);
+                            rendered.as_deref()
+                        }
+                        (_, i) => i.and_then(|i| c.payload.record(i)),
+                    };
                     (
                         idx.and_then(|i| c.positions.get(i).map(|&x| (x, c.position_name))),
-                        idx.and_then(|i| c.payload.record(i)),
+                        record,
                     )
                 }
                 None => (None, None),
@@ -842,6 +853,21 @@ impl Pipeline {
     pub fn take_restored(&mut self) -> Vec<ChangeBatch> {
         self.restored_output.drain(..).collect()
     }
+}
+
+/// Row `i` of `batch` as one JSON object (a dead letter's record).
+fn row_json(batch: &RecordBatch, i: usize) -> Option<Vec<u8>> {
+    if i >= batch.num_rows() {
+        return None;
+    }
+    let mut w = arrow::json::LineDelimitedWriter::new(Vec::new());
+    w.write(&batch.slice(i, 1)).ok()?;
+    w.finish().ok()?;
+    let mut out = w.into_inner();
+    while out.last() == Some(&b'\n') {
+        out.pop();
+    }
+    Some(out)
 }
 
 /// Casts an in-process Arrow batch to the declared source schema.

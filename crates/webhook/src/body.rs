@@ -13,6 +13,8 @@ pub struct Reject {
     pub status: u16,
     pub reason: &'static str,
     pub message: String,
+    /// More fields for the JSON reply (the refused events of a 400).
+    pub detail: Option<serde_json::Value>,
 }
 
 impl Reject {
@@ -21,6 +23,7 @@ impl Reject {
             status,
             reason,
             message: message.into(),
+            detail: None,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `buffer` | the pipeline's own (see [`crate::BufferOwner`]) | directory of the durable buffer, or `memory` (no durability) |
 //! | `max_rows` | 10000 | a flush holds at most this many events ... |
-//! | `max_bytes` | 8MiB | ... and at most this many payload bytes ... |
+//! | `max_bytes` | 8MiB | ... and at most this many event bytes as received ... |
 //! | `max_interval` | 1s | ... and waits at most this long for more |
 //! | `segment_bytes` | 64MiB | roll buffer segments at this size |
 //! | `max_buffer_bytes` | 1GiB | unread bytes above which requests get 429 |

@@ -1,10 +1,14 @@
 //! The HTTP endpoint and the group-commit writer.
 //!
-//! Handlers validate and split a request, then hand its events to the
-//! writer thread and wait. The writer takes every request queued at that
-//! moment, appends them as one batch, fsyncs once, and answers them all:
-//! concurrent requests share an fsync (group commit). A 2xx is sent only
-//! after that fsync.
+//! Handlers validate and split a request, then decode its events into the
+//! pipeline's schema with the pipeline's own decoder (decode at the door):
+//! if any event is refused the request gets 400 naming the event, the field
+//! and the reason, and nothing of it is stored. Otherwise the typed rows go
+//! to the writer thread and the handler waits. The writer takes every
+//! request queued at that moment, appends them as one batch, fsyncs once,
+//! and answers them all: concurrent requests share an fsync (group commit).
+//! A 2xx is sent only after that fsync, so an acknowledged event can never
+//! fail decoding later.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,16 +25,20 @@ use axum::serve::ListenerExt;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info};
 
+use arrow::array::{AsArray, BooleanArray, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef};
+
 use crate::auth::verify;
-use crate::body::{Reject, check_content_type, decode, split_events};
-use crate::buffer::{Event, Shared, Writer};
+use crate::body::{Reject, check_content_type, decode};
+use crate::buffer::{Rows, Shared, Writer};
 use crate::config::WebhookConfig;
 use crate::dedupe::SeenIds;
+use crate::door::{Admitted, Door};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
 struct Append {
-    events: Vec<Event>,
+    rows: Rows,
     reply: oneshot::Sender<Result<(), String>>,
 }
 
@@ -45,6 +53,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Event ids stored within `dedupe_window`, for `dedupe`.
     seen: Mutex<SeenIds>,
+    /// Splits and decodes requests into the pipeline's schema.
+    door: Door,
+    /// The column holding the dedupe id, when it is one of the schema's.
+    dedupe_column: Option<usize>,
 }
 
 fn now_ms() -> i64 {
@@ -71,20 +83,45 @@ fn refuse(state: &AppState, r: Reject) -> Response {
     state.metrics.reject(r.reason);
     state.metrics.request(r.status);
     let retry = matches!(r.status, 429 | 503).then_some(1);
-    json_response(
-        r.status,
-        serde_json::json!({"error": r.message, "reason": r.reason}),
-        retry,
-    )
+    let mut body = serde_json::json!({"error": r.message, "reason": r.reason});
+    if let (Some(serde_json::Value::Object(extra)), Some(obj)) = (r.detail, body.as_object_mut()) {
+        obj.extend(extra);
+    }
+    json_response(r.status, body, retry)
 }
 
-/// Extracts the dedupe id (a top-level string or number field) of an event.
+/// Extracts the dedupe id (a top-level string or number field) of an event
+/// whose id field is not a column of the schema (a JSON parse; only then).
 fn event_id(payload: &[u8], field: &str) -> Option<String> {
     let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(payload).ok()?;
     match v.get(field)? {
         serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
+    }
+}
+
+/// The dedupe ids of decoded rows: read from the id column when the
+/// schema has it, else from each event's JSON.
+fn event_ids(state: &AppState, batch: &RecordBatch, events: &[&[u8]]) -> Vec<Option<String>> {
+    let Some(field) = state.config.dedupe.as_deref() else {
+        return Vec::new();
+    };
+    let Some(c) = state.dedupe_column else {
+        return events.iter().map(|e| event_id(e, field)).collect();
+    };
+    let col = batch.column(c);
+    if let Some(s) = col.as_string_opt::<i32>() {
+        return s.iter().map(|v| v.map(str::to_string)).collect();
+    }
+    // Integers: the text of the number, as a JSON parse would give it.
+    match arrow::compute::cast(col, &DataType::Utf8) {
+        Ok(text) => text
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect(),
+        Err(_) => vec![None; batch.num_rows()],
     }
 }
 
@@ -124,37 +161,46 @@ async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
     if let Err(why) = verify(&state.config.auth, &headers, payload, SystemTime::now()) {
         return refuse(&state, Reject::new(401, "signature", why));
     }
-    let ranges = match split_events(payload) {
-        Ok(r) => r,
+    let Admitted { events, mut batch } = match state.door.admit(payload) {
+        Ok(a) => a,
         Err(r) => return refuse(&state, r),
     };
+    let mut sizes: Vec<u32> = events
+        .iter()
+        .map(|e| e.len().min(u32::MAX as usize) as u32)
+        .collect();
     let received_ms = now_ms();
-    let mut events = Vec::with_capacity(ranges.len());
+    let mut ids = event_ids(&state, &batch, &events);
     let mut duplicates = 0u64;
-    {
+    if state.config.dedupe.is_some() {
+        let mut keep = vec![true; ids.len()];
         let mut seen = state.seen.lock().unwrap_or_else(|p| p.into_inner());
-        for r in ranges {
-            let bytes = &payload[r];
-            let id = state
-                .config
-                .dedupe
-                .as_deref()
-                .and_then(|f| event_id(bytes, f));
-            if let Some(id) = &id
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id
                 && !seen.insert(id, received_ms)
             {
+                keep[i] = false;
                 duplicates += 1;
-                continue;
             }
-            events.push(Event {
-                received_ms,
-                payload: bytes.to_vec(),
-                event_id: id,
-            });
+        }
+        drop(seen);
+        if duplicates > 0 {
+            let mask = BooleanArray::from(keep.clone());
+            batch = match arrow::compute::filter_record_batch(&batch, &mask) {
+                Ok(b) => b,
+                Err(e) => {
+                    forget(&state, &ids);
+                    return refuse(&state, Reject::new(500, "dedupe", e.to_string()));
+                }
+            };
+            let mut k = keep.iter();
+            ids.retain(|_| *k.next().unwrap_or(&true));
+            let mut k = keep.iter();
+            sizes.retain(|_| *k.next().unwrap_or(&true));
         }
     }
-    let n = events.len() as u64;
-    let bytes: u64 = events.iter().map(|e| e.payload.len() as u64).sum();
+    let n = batch.num_rows() as u64;
+    let bytes: u64 = sizes.iter().map(|&s| u64::from(s)).sum();
     let depth = state
         .shared
         .index
@@ -162,7 +208,7 @@ async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         .map(|i| i.unread_bytes())
         .unwrap_or(0);
     if depth + state.inflight.load(Ordering::Relaxed) + bytes > state.config.max_buffer_bytes {
-        forget(&state, &events);
+        forget(&state, &ids);
         return refuse(
             &state,
             Reject::new(
@@ -176,12 +222,18 @@ async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         state.inflight.fetch_add(bytes, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let sender = state.appends.lock().ok().and_then(|s| s.clone());
-        let result = match sender.map(|s| s.send(Append { events, reply: tx })) {
+        let rows = Rows {
+            batch,
+            sizes,
+            event_ids: state.config.dedupe.is_some().then_some(ids),
+            received_ms,
+        };
+        let result = match sender.map(|s| s.send(Append { rows, reply: tx })) {
             Some(Ok(())) => rx
                 .await
                 .unwrap_or_else(|_| Err("the buffer writer stopped".into())),
             Some(Err(mpsc::error::SendError(a))) => {
-                forget(&state, &a.events);
+                forget(&state, a.rows.event_ids.as_deref().unwrap_or_default());
                 Err("the buffer writer stopped".into())
             }
             None => Err("the endpoint is shutting down".into()),
@@ -213,12 +265,10 @@ async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bo
 }
 
 /// Un-remembers the ids of events that were not stored.
-fn forget(state: &AppState, events: &[Event]) {
+fn forget(state: &AppState, ids: &[Option<String>]) {
     let mut seen = state.seen.lock().unwrap_or_else(|p| p.into_inner());
-    for e in events {
-        if let Some(id) = &e.event_id {
-            seen.forget(id);
-        }
+    for id in ids.iter().flatten() {
+        seen.forget(id);
     }
 }
 
@@ -258,6 +308,7 @@ pub struct Server {
 impl Server {
     pub fn start(
         config: WebhookConfig,
+        schema: SchemaRef,
         shared: Arc<Shared>,
         mut writer: Writer,
     ) -> Result<Self, Error> {
@@ -273,7 +324,14 @@ impl Server {
             .map(|i| i.event_ids())
             .unwrap_or_default();
         let seen = SeenIds::new(config.dedupe_window, known);
+        let dedupe_column = config.dedupe.as_deref().and_then(|f| {
+            let i = schema.index_of(f).ok()?;
+            let t = schema.field(i).data_type();
+            (t.is_integer() || matches!(t, DataType::Utf8)).then_some(i)
+        });
         let state = Arc::new(AppState {
+            door: Door::new(schema),
+            dedupe_column,
             config: config.clone(),
             shared,
             appends: Mutex::new(Some(tx)),
@@ -291,11 +349,9 @@ impl Server {
                     while let Ok(more) = rx.try_recv() {
                         group.push(more);
                     }
-                    let events: Vec<Event> = group
-                        .iter_mut()
-                        .flat_map(|a| std::mem::take(&mut a.events))
-                        .collect();
-                    let result = writer.append(&events);
+                    let (rows, replies): (Vec<Rows>, Vec<_>) =
+                        group.into_iter().map(|a| (a.rows, a.reply)).unzip();
+                    let result = writer.append(&rows);
                     if let Ok((_, fsync)) = &result {
                         writer_state.metrics.fsync(*fsync);
                         writer_state
@@ -303,10 +359,8 @@ impl Server {
                             .group_commits
                             .fetch_add(1, Ordering::Relaxed);
                     }
-                    for a in group {
-                        let _ = a
-                            .reply
-                            .send(result.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                    for reply in replies {
+                        let _ = reply.send(result.as_ref().map(|_| ()).map_err(|e| e.to_string()));
                     }
                     if let Err(e) = result {
                         error!("webhook buffer append failed: {e}");

@@ -1,5 +1,11 @@
 //! [`WebhookSource`]: the buffer as a ubik source, one partition.
 //!
+//! The buffer holds rows already decoded at the door, so a poll hands the
+//! pipeline [`Payload::Arrow`]: no JSON is parsed on the read side. The
+//! source therefore needs the pipeline's schema when it opens; a webhook
+//! pipeline must declare it (`--schema`), since inferring it from a sample
+//! would need events before the endpoint could decode any.
+//!
 //! Flush policy: a poll returns a chunk when `max_rows` events or
 //! `max_bytes` payload bytes are buffered, or when the oldest unread event
 //! has waited `max_interval`, whichever comes first; a chunk never holds
@@ -8,8 +14,10 @@
 //! `commit` deletes segments a checkpoint covers.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use arrow::datatypes::SchemaRef;
 use serde_json::json;
 use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
@@ -20,8 +28,9 @@ use crate::server::Server;
 
 pub struct WebhookSource {
     config: WebhookConfig,
-    shared: std::sync::Arc<Shared>,
+    shared: Arc<Shared>,
     server: Server,
+    schema: SchemaRef,
 }
 
 fn now_ms() -> i64 {
@@ -67,25 +76,43 @@ fn claim(dir: &Path, identity: &str) -> Result<(), Error> {
 }
 
 impl WebhookSource {
-    /// Replays the buffer and starts the HTTP endpoint.
-    pub fn open(url: &str, owner: &BufferOwner) -> Result<Self, Error> {
+    /// Replays the buffer and starts the HTTP endpoint, which decodes
+    /// events into `schema` before acknowledging them.
+    pub fn open(url: &str, owner: &BufferOwner, schema: Option<SchemaRef>) -> Result<Self, Error> {
         let mut config = WebhookConfig::parse(url)?;
+        let schema = schema.ok_or_else(|| {
+            Error::Config(format!(
+                "webhook source {}{}: declare the schema of its events, e.g. --schema \"id VARCHAR, kind VARCHAR, amount DOUBLE, ts TIMESTAMP\" (schema = ... in a pipeline file, schema=... in Python): the endpoint decodes each request with it before acknowledging, so it cannot be inferred from events not yet received",
+                config.bind, config.path
+            ))
+        })?;
         if !config.buffer_given {
             config.buffer_dir = Some(owner.default_dir.clone());
         }
         if let Some(dir) = &config.buffer_dir {
             claim(dir, &owner.identity)?;
         }
-        let (shared, writer) = buffer::open(config.buffer_dir.clone(), config.segment_bytes)?;
+        let (shared, writer) = buffer::open(
+            config.buffer_dir.clone(),
+            config.segment_bytes,
+            Arc::clone(&schema),
+            config.dedupe.is_some(),
+        )?;
         if let Ok(mut idx) = shared.index.lock() {
             idx.wake_rows = config.max_rows as u64;
             idx.wake_bytes = config.max_bytes as u64;
         }
-        let server = Server::start(config.clone(), std::sync::Arc::clone(&shared), writer)?;
+        let server = Server::start(
+            config.clone(),
+            Arc::clone(&schema),
+            Arc::clone(&shared),
+            writer,
+        )?;
         Ok(Self {
             config,
             shared,
             server,
+            schema,
         })
     }
 
@@ -111,6 +138,10 @@ impl Source for WebhookSource {
         &self.config.table
     }
 
+    fn schema(&self) -> Option<SchemaRef> {
+        Some(Arc::clone(&self.schema))
+    }
+
     fn partitions(&self) -> Vec<u32> {
         vec![0]
     }
@@ -133,10 +164,7 @@ impl Source for WebhookSource {
                 };
                 return Ok(SourceEvent::Chunk(Chunk {
                     partition: 0,
-                    payload: Payload::Bytes {
-                        data: taken.data,
-                        spans: taken.spans,
-                    },
+                    payload: Payload::Arrow(taken.batch),
                     positions: taken.offsets,
                     position_name: "event",
                 }));

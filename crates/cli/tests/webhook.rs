@@ -1,0 +1,172 @@
+//! A webhook pipeline killed with SIGKILL while clients post, restarted,
+//! finally stopped with SIGTERM: every acknowledged event is in the output
+//! (the typed buffer replays what no checkpoint covered), and an event
+//! emitted twice is emitted with the same bytes.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SCHEMA: &str = "id BIGINT, kind VARCHAR, ts TIMESTAMP";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// POSTs one event; true if it was acknowledged (200).
+fn post(port: u16, i: u64) -> bool {
+    let body = format!(
+        r#"{{"id":{i},"kind":"charge","ts":"2024-01-01T00:00:{:02}Z"}}"#,
+        i % 60
+    );
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!(
+        "POST /hooks HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out.starts_with(b"HTTP/1.1 200")
+}
+
+fn wait_up(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            if out.starts_with(b"HTTP/1.1 200") {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the endpoint on {port} did not come up");
+}
+
+fn send_signal(pid: u32, signal: i32) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn kill_9_while_clients_post_loses_no_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!(
+        "webhook://127.0.0.1:{port}/hooks?buffer={}&max_rows=20&max_interval=50ms",
+        dir.path().join("buf").display()
+    );
+    let ck = dir.path().join("ck");
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let next = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (acked, next, stop) = (acked.clone(), next.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if post(port, i) {
+                        acked.lock().unwrap().insert(i);
+                    } else {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for round in 0..5 {
+        let mut child = ubik()
+            .args(["run", "SELECT id, kind FROM hooks", "--from", &url])
+            .args(["--schema", SCHEMA, "--checkpoint"])
+            .arg(&ck)
+            .args(["--checkpoint-interval", "100ms", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_up(port);
+        std::thread::sleep(Duration::from_millis(400 + 150 * round));
+        if round < 4 {
+            send_signal(child.id(), 9);
+        } else {
+            stop.store(true, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(500));
+            send_signal(child.id(), 15);
+        }
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let status = child.wait().unwrap();
+        if round == 4 {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert!(status.success(), "{err}");
+        }
+        outputs.push(out);
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    let mut seen: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for line in outputs
+        .iter()
+        .flat_map(|o| o.lines())
+        .filter(|l| l.ends_with('}'))
+    {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = v["value"]["id"].as_u64().unwrap();
+        seen.entry(id).or_default().insert(line.to_string());
+    }
+    let acked = acked.lock().unwrap();
+    assert!(
+        acked.len() > 100,
+        "only {} events were acknowledged",
+        acked.len()
+    );
+    let missing: Vec<_> = acked.iter().filter(|i| !seen.contains_key(i)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged events lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert!(
+        seen.values().all(|v| v.len() == 1),
+        "an event was emitted twice with different bytes"
+    );
+}
