@@ -690,7 +690,7 @@ impl Pipeline {
 
     /// Idle close: a partition without data for `idle_timeout` has its
     /// watermark advanced with the wall clock, and at least up to the
-    /// furthest data of any other partition (of any source), so the last
+    /// furthest data of any partition of another source, so the last
     /// windows of a quiet stream still close and a quiet source does not
     /// hold a join back. The decision is logged first, so a replay makes it
     /// at the same input position.
@@ -718,10 +718,9 @@ impl Pipeline {
         };
         let lateness = progress.lateness;
         let grid = self.query.plan().options.emit_every_rows.max(1);
-        // How far the data of each partition (ended ones too) has got: an
-        // idle partition catches up with the furthest other one, so a quiet
-        // source (a table side of a join, an empty partition) does not hold
-        // the others back.
+        // How far the data of a partition has got: an idle partition catches
+        // up with the furthest partition of another source, so a quiet
+        // source (the table side of a join) does not hold the others back.
         let data_watermark = |pp: &ubik_engine::progress::PartitionProgress| {
             (pp.max_time != MIN_TIME).then(|| pp.max_time.saturating_sub(lateness))
         };
@@ -741,10 +740,18 @@ impl Pipeline {
             {
                 continue;
             }
+            // Partitions of the same source that have not ended, as before;
+            // partitions of other sources, ended or not.
             let others_max = progress
                 .partitions
                 .iter()
-                .filter(|(q, _)| **q != p)
+                .filter(|(q, other)| **q != p && (!other.ended || source_of(**q) != source_of(p)))
+                .filter_map(|(_, other)| data_watermark(other))
+                .max();
+            let other_sources_max = progress
+                .partitions
+                .iter()
+                .filter(|(q, _)| source_of(**q) != source_of(p))
                 .filter_map(|(_, other)| data_watermark(other))
                 .max();
             let target = if !event_time {
@@ -759,7 +766,7 @@ impl Pipeline {
                     .max_time
                     .saturating_sub(lateness)
                     .saturating_add(idle_for.as_micros() as i64);
-                own.max(others_max.unwrap_or(MIN_TIME))
+                own.max(other_sources_max.unwrap_or(MIN_TIME))
             };
             if target <= pp.watermark(lateness) {
                 continue;
