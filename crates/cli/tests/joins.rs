@@ -236,6 +236,22 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
     let o = ubik().args(&args).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("key column `nope`"), "{}", stderr(&o));
+    // The pipeline file names its sources in [sources.NAME] tables.
+    let toml = dir.path().join("join.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "query = {sql:?}\nkey = \"oid\"\n\n[sources.orders]\nfrom = {:?}\nschema = {ORDERS:?}\n\n[sources.merchants]\nfrom = {:?}\nschema = {MERCHANTS:?}\n",
+            dir.path().join("orders.jsonl").display().to_string(),
+            dir.path().join("merchants.jsonl").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let from_file = run(&["run", "-f", toml.to_str().unwrap(), "-q"]);
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    args[4] = "oid".into();
+    let from_flags = ubik().args(&args).output().unwrap();
+    assert_eq!(stdout(&from_file), stdout(&from_flags));
     // Several sources must each be named.
     let o = run(&["run", sql, "--from", "a.jsonl", "--from", "b.jsonl"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
