@@ -20,7 +20,10 @@ def produce(broker, topic, rows, partitions=4):
 
     admin = AdminClient({"bootstrap.servers": broker})
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
-    p = Producer({"bootstrap.servers": broker, "linger.ms": 5})
+    # Idempotence keeps each partition in produce order even when a batch is
+    # retried (a topic just created may refuse the first one): the events'
+    # time order per partition is what the lateness bound assumes.
+    p = Producer({"bootstrap.servers": broker, "linger.ms": 5, "enable.idempotence": True})
     for r in rows:
         value = json.dumps({**r, "ts": r["ts"].isoformat().replace("+00:00", "Z")})
         p.produce(topic, key=r["merchant"].encode(), value=value.encode())
