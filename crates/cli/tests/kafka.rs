@@ -500,7 +500,10 @@ fn crash_suite_both_emit_modes() {
                 );
                 cmd.arg("--checkpoint").arg(&ck);
                 let mut child = spawn_logged(cmd);
-                let wait = Duration::from_millis(50 + rng.below(900));
+                // Random kill points; later runs of a round live longer, so a
+                // slow machine (startup, fencing the killed producer) still
+                // reaches a checkpoint and the round ends.
+                let wait = Duration::from_millis(50 + rng.below(900) + 150 * run as u64);
                 let started = Instant::now();
                 let mut exited = None;
                 while started.elapsed() < wait {
