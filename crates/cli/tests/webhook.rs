@@ -1,7 +1,8 @@
 //! A webhook pipeline killed with SIGKILL while clients post, restarted,
 //! finally stopped with SIGTERM: every acknowledged event is in the output
 //! (the typed buffer replays what no checkpoint covered), and an event
-//! emitted twice is emitted with the same bytes.
+//! emitted twice is emitted with the same bytes. And two paths on one port
+//! feed two tables of one pipeline.
 
 mod common;
 
@@ -31,12 +32,17 @@ fn post(port: u16, i: u64) -> bool {
         r#"{{"id":{i},"kind":"charge","ts":"2024-01-01T00:00:{:02}Z"}}"#,
         i % 60
     );
+    post_to(port, "/hooks", &body)
+}
+
+/// POSTs `body` to `path`; true if it was acknowledged (200).
+fn post_to(port: u16, path: &str, body: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let req = format!(
-        "POST /hooks HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     if s.write_all(req.as_bytes()).is_err() {
@@ -169,4 +175,92 @@ fn kill_9_while_clients_post_loses_no_acknowledged_event() {
         seen.values().all(|v| v.len() == 1),
         "an event was emitted twice with different bytes"
     );
+}
+
+#[test]
+fn two_paths_on_one_port_feed_a_join_of_two_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let at = |t: u64| {
+        format!(
+            "2024-01-01T{:02}:{:02}:{:02}Z",
+            t / 3600,
+            t / 60 % 60,
+            t % 60
+        )
+    };
+    let child = ubik()
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "SELECT p.id AS payment, o.id AS order_id FROM payments p JOIN orders o \
+             ON p.order_id = o.id AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR",
+        ])
+        .args([
+            "--from",
+            &format!("orders=webhook://127.0.0.1:{port}/orders?max_interval=20ms"),
+        ])
+        .args([
+            "--from",
+            &format!("payments=webhook://127.0.0.1:{port}/payments?max_interval=20ms"),
+        ])
+        .args(["--schema", "orders=id BIGINT, ts TIMESTAMP"])
+        .args([
+            "--schema",
+            "payments=id BIGINT, order_id BIGINT, ts TIMESTAMP",
+        ])
+        .args(["--lateness", "0s", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_up(port);
+    // Order i at minute i; its payment 0, 20, 40 or 60 minutes and a
+    // second later: the last is outside the hour and finds no order. Each
+    // table is posted in time order, then one late-night pair moves both
+    // watermarks past every payment.
+    let mut expected = BTreeSet::new();
+    let mut payments = Vec::new();
+    for i in 0..40u64 {
+        let order = format!(r#"{{"id":{i},"ts":"{}"}}"#, at(i * 60));
+        assert!(post_to(port, "/orders", &order));
+        let delay = (i % 4) * 1200 + u64::from(i % 4 == 3);
+        payments.push((i * 60 + delay, 1000 + i, i));
+        if i % 4 != 3 {
+            expected.insert((1000 + i, i));
+        }
+    }
+    payments.sort();
+    payments.push((23 * 3600, 2000, 2000));
+    for (ts, id, order) in payments {
+        let payment = format!(r#"{{"id":{id},"order_id":{order},"ts":"{}"}}"#, at(ts));
+        assert!(post_to(port, "/payments", &payment));
+    }
+    assert!(post_to(
+        port,
+        "/orders",
+        &format!(r#"{{"id":2000,"ts":"{}"}}"#, at(23 * 3600))
+    ));
+    // A table's events are refused at the other table's path.
+    assert!(!post_to(
+        port,
+        "/orders",
+        r#"{"id":1,"order_id":1,"ts":"nope"}"#
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    send_signal(child.id(), 15);
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{err}");
+    let got: BTreeSet<(u64, u64)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["value"]["payment"].as_u64().unwrap(),
+                v["value"]["order_id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected, "{err}");
 }

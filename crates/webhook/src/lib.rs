@@ -19,6 +19,7 @@ pub mod config;
 pub mod dedupe;
 pub mod door;
 pub mod error;
+pub mod listener;
 pub mod metrics;
 pub mod server;
 pub mod source;

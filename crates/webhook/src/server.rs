@@ -8,22 +8,19 @@
 //! request queued at that moment, appends them as one batch, fsyncs once,
 //! and answers them all: concurrent requests share an fsync (group commit).
 //! A 2xx is sent only after that fsync, so an acknowledged event can never
-//! fail decoding later.
+//! fail decoding later. The HTTP listener itself, which several sources
+//! may share, is in [`crate::listener`].
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info};
+use tracing::error;
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -35,6 +32,7 @@ use crate::config::WebhookConfig;
 use crate::dedupe::SeenIds;
 use crate::door::{Admitted, Door};
 use crate::error::Error;
+use crate::listener::{self, Listener};
 use crate::metrics::Metrics;
 
 struct Append {
@@ -44,7 +42,7 @@ struct Append {
 
 pub struct AppState {
     config: WebhookConfig,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     /// `None` once the server shuts down, which lets the writer finish.
     appends: Mutex<Option<mpsc::UnboundedSender<Append>>>,
     pub accepting: AtomicBool,
@@ -66,7 +64,11 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn json_response(status: u16, body: serde_json::Value, retry_after: Option<u32>) -> Response {
+pub(crate) fn json_response(
+    status: u16,
+    body: serde_json::Value,
+    retry_after: Option<u32>,
+) -> Response {
     let mut r = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         [("content-type", "application/json")],
@@ -125,7 +127,9 @@ fn event_ids(state: &AppState, batch: &RecordBatch, events: &[&[u8]]) -> Vec<Opt
     }
 }
 
-async fn ingest(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+/// Handles a POST to a source's path: split, verify, decode at the door,
+/// append durably, acknowledge.
+pub(crate) async fn ingest(state: Arc<AppState>, headers: HeaderMap, body: Body) -> Response {
     if !state.accepting.load(Ordering::Relaxed) {
         return refuse(
             &state,
@@ -272,35 +276,12 @@ fn forget(state: &AppState, ids: &[Option<String>]) {
     }
 }
 
-async fn healthz(State(state): State<Arc<AppState>>) -> Response {
-    if state.accepting.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
-    }
-}
-
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let depth = state
-        .shared
-        .index
-        .lock()
-        .map(|i| (i.unread_rows(), i.unread_bytes()))
-        .unwrap_or((0, 0));
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(depth),
-    )
-        .into_response()
-}
-
-/// The running server: its runtime, serve task and writer thread, all
-/// stopped and joined on [`Server::shutdown`] (or drop).
+/// A source's part of the endpoint: its path on the shared [`Listener`] and
+/// its writer thread, detached and joined on [`Server::shutdown`] (or drop).
 pub struct Server {
-    runtime: Option<tokio::runtime::Runtime>,
-    serve: Option<tokio::task::JoinHandle<()>>,
-    stop: Option<oneshot::Sender<()>>,
+    listener: Option<Arc<Listener>>,
     writer: Option<std::thread::JoinHandle<()>>,
+    path: String,
     pub state: Arc<AppState>,
     pub local_addr: SocketAddr,
 }
@@ -312,11 +293,6 @@ impl Server {
         shared: Arc<Shared>,
         mut writer: Writer,
     ) -> Result<Self, Error> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("ubik-webhook")
-            .enable_all()
-            .build()?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Append>();
         let known = shared
             .index
@@ -370,47 +346,18 @@ impl Server {
                     error!("closing the webhook buffer: {e}");
                 }
             })?;
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind(&config.bind))
-            .map_err(|e| Error::Config(format!("cannot listen on {}: {e}", config.bind)))?;
-        let local_addr = listener.local_addr()?;
-        // Replies are small: without TCP_NODELAY, Nagle and delayed ACKs
-        // hold some of them back for tens of milliseconds.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY: {e}");
-            }
-        });
-        let app = Router::new()
-            .route(&config.path, post(ingest))
-            .route("/healthz", get(healthz))
-            .route("/metrics", get(metrics))
-            .layer(DefaultBodyLimit::disable())
-            .with_state(Arc::clone(&state));
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let serve = runtime.spawn(async move {
-            let shutdown = async {
-                let _ = stop_rx.await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                error!("webhook server: {e}");
-            }
-        });
-        info!(
-            "webhook endpoint listening on http://{local_addr}{}",
-            config.path
-        );
-        Ok(Self {
-            runtime: Some(runtime),
-            serve: Some(serve),
-            stop: Some(stop_tx),
+        let mut server = Self {
+            listener: None,
             writer: Some(writer),
-            state,
-            local_addr,
-        })
+            path: config.path.clone(),
+            state: Arc::clone(&state),
+            local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        // On a refusal `server` drops here, which stops the writer.
+        let listener = listener::attach(&config.bind, &config.path, state)?;
+        server.local_addr = listener.local_addr;
+        server.listener = Some(listener);
+        Ok(server)
     }
 
     /// Stops accepting (new requests get 503) but keeps serving.
@@ -418,26 +365,22 @@ impl Server {
         self.state.accepting.store(false, Ordering::Relaxed);
     }
 
-    /// Stops the server and the writer, waiting for both.
+    /// Stops serving this path and stops the writer, waiting for it (and so
+    /// for the requests it is appending); the listener stops with its last path.
     pub fn shutdown(&mut self) {
         self.stop_accepting();
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        if let Some(l) = &self.listener {
+            l.detach(&self.path);
         }
-        if let (Some(rt), Some(serve)) = (self.runtime.as_ref(), self.serve.take()) {
-            let _ = rt.block_on(serve);
-        }
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(std::time::Duration::from_secs(5));
-        }
-        // With the sender gone the writer appends what is queued, seals the
-        // segment and exits.
+        // With the sender gone the writer appends what is queued (requests
+        // in flight hold their own sender), seals the segment and exits.
         if let Ok(mut s) = self.state.appends.lock() {
             s.take();
         }
         if let Some(w) = self.writer.take() {
             let _ = w.join();
         }
+        self.listener.take();
     }
 }
 
