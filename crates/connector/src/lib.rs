@@ -33,7 +33,14 @@ pub use change::ChangeBatch;
 /// is the key's version from its event time on, and the engine joins it
 /// temporally rather than as a stream.
 pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
+
+/// Field metadata (value `"true"`) marking a column filled from each
+/// record's transport timestamp ([`RecordMeta::timestamps`], a Kafka record
+/// timestamp) rather than from the record's bytes.
+pub const RECORD_TIMESTAMP_METADATA: &str = "ubik.record_timestamp";
 pub use dead_letter::{DeadLetter, DeadLetterSink};
 pub use error::ConnectorError;
 pub use sink::{Sink, SinkRecord};
-pub use source::{Chunk, DEFAULT_POLL_TIMEOUT, Payload, Source, SourceEvent, SourcePosition};
+pub use source::{
+    Chunk, DEFAULT_POLL_TIMEOUT, Payload, RecordMeta, Source, SourceEvent, SourcePosition,
+};

@@ -60,6 +60,21 @@ pub struct Chunk {
     pub positions: Vec<u64>,
     /// What a position means, for messages: "offset", "line", "row".
     pub position_name: &'static str,
+    /// What the transport says about each record besides its bytes.
+    pub meta: RecordMeta,
+}
+
+/// Per-record facts a transport carries beside the encoded record.
+#[derive(Debug, Default, Clone)]
+pub struct RecordMeta {
+    /// Each record's timestamp (ms since the epoch) as the transport stamps
+    /// it (a Kafka record timestamp); empty when it has none. Columns marked
+    /// with [`crate::RECORD_TIMESTAMP_METADATA`] are filled from it.
+    pub timestamps: Vec<i64>,
+    /// Indexes (ascending) of records that delete their key: a Kafka
+    /// tombstone (a keyed record without a value). Such a record's bytes
+    /// are its *key*, and its timestamp is when the deletion takes effect.
+    pub deletions: Vec<u32>,
 }
 
 /// What a poll returned.

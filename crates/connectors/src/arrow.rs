@@ -110,6 +110,7 @@ impl Source for ArrowSource {
                     positions: (first..self.rows).collect(),
                     payload: Payload::Arrow(b),
                     position_name: "row",
+                    meta: Default::default(),
                 }))
             }
             None => {

@@ -207,6 +207,7 @@ impl Source for DemoSource {
             payload: Payload::Bytes { data, spans },
             positions,
             position_name: "record",
+            meta: Default::default(),
         }))
     }
 

@@ -177,6 +177,7 @@ impl Source for FileSource {
                 payload: Payload::Bytes { data, spans },
                 positions,
                 position_name: "line",
+                meta: Default::default(),
             }));
         }
     }

@@ -353,6 +353,10 @@ pub struct JoinPlan {
     pub sides: [JoinSide; 2],
     /// The rest of the ON condition, over the joined schema.
     pub condition: Option<PhysicalExprRef>,
+    /// A temporal join's conditions on the versioned table alone, over its
+    /// side's schema: a version failing them is absent (it matches nothing;
+    /// a LEFT JOIN pads with nulls) rather than skipped for an older one.
+    pub version_condition: Option<PhysicalExprRef>,
     /// What the stage uses as each row's event time, and how far it can
     /// trail the pair's completion.
     pub row_time: JoinRowTime,

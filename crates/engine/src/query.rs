@@ -19,7 +19,7 @@ use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
 use crate::plan::{
-    EventTime, PassthroughPlan, QueryKind, QueryOptions, QueryPlan, SideInput, WindowSpec,
+    EventTime, JoinKind, PassthroughPlan, QueryKind, QueryOptions, QueryPlan, SideInput, WindowSpec,
 };
 use crate::progress::{PartitionProgress, Progress, source_of};
 use crate::state::StateEntry;
@@ -134,7 +134,7 @@ impl Query {
         self.check_schema(source, batch)?;
         let plan = Arc::clone(&self.plan);
         if plan.join.is_some() {
-            return self.process_join(source, partition, batch, out);
+            return self.process_join(source, partition, batch, false, out);
         }
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
@@ -193,11 +193,42 @@ impl Query {
     }
 
     /// Feeds source rows to every join side that reads `source`.
+    /// Takes in deletions of a versioned table's keys: rows of the table's
+    /// schema holding the key and, in the event-time column, when the
+    /// deletion takes effect (other columns are ignored). From then on the
+    /// key has no version: an inner temporal join drops the stream rows that
+    /// meet it and a LEFT JOIN pads them with nulls, until a next version.
+    /// A deletion for any other table is rejected
+    /// ([`RejectReason::UnappliedDeletion`]), never silently dropped.
+    pub fn process_deletions(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        out: &mut Output,
+    ) -> Result<()> {
+        let source = source_of(partition);
+        self.check_schema(source, batch)?;
+        let plan = Arc::clone(&self.plan);
+        let versioned = plan.join.as_ref().is_some_and(
+            |j| matches!(j.kind, JoinKind::Temporal { table } if j.sides[table].source == source),
+        );
+        if !versioned {
+            out.rejects.extend((0..batch.num_rows()).map(|row| Reject {
+                partition,
+                row,
+                reason: RejectReason::UnappliedDeletion,
+            }));
+            return Ok(());
+        }
+        self.process_join(source, partition, batch, true, out)
+    }
+
     fn process_join(
         &mut self,
         source: usize,
         partition: u32,
         batch: &RecordBatch,
+        deletion: bool,
         out: &mut Output,
     ) -> Result<()> {
         let plan = Arc::clone(&self.plan);
@@ -209,12 +240,15 @@ impl Query {
         let rejects_before = out.rejects.len();
         let mut advanced = None;
         for (s, side) in j.sides.iter().enumerate() {
-            if side.source != source {
+            // A versioned table keeps a version its filter refuses as an
+            // absent one (like a deletion): it still ends the version before it.
+            let versioned = matches!(j.kind, JoinKind::Temporal { table } if table == s);
+            if side.source != source || (deletion && !versioned) {
                 continue;
             }
             // Both sides of a self-join judge rows against the same progress.
             let mut progress: PartitionProgress = before;
-            let (filter, event_time, projection) = match &side.input {
+            let (mut filter, event_time, projection) = match &side.input {
                 SideInput::Rows {
                     filter,
                     projection,
@@ -228,6 +262,7 @@ impl Query {
                     (a.filter.as_deref(), a.event_time.clone(), None)
                 }
             };
+            let version_filter = if versioned { filter.take() } else { None };
             let stamped = stamp(
                 &mut progress,
                 lateness,
@@ -260,10 +295,17 @@ impl Query {
                 &arrow::array::RecordBatchOptions::new()
                     .with_row_count(Some(stamped.batch.num_rows())),
             )?;
+            let present = if deletion {
+                Some(vec![false; rows.num_rows()])
+            } else if versioned {
+                version_presence(version_filter, j, &stamped.batch, &rows)?
+            } else {
+                None
+            };
             self.join
                 .as_mut()
                 .ok_or_else(|| EngineError::Internal("join operator missing".into()))?
-                .insert(s, rows, &stamped.times)?;
+                .insert(s, rows, &stamped.times, present.as_deref())?;
         }
         if let Some(p) = advanced {
             *self.progress.partition(partition) = p;
@@ -299,7 +341,7 @@ impl Query {
                             ));
                         }
                         let times: Vec<i64> = c.timestamps.values().iter().map(|t| t - 1).collect();
-                        join.insert(s, c.rows, &times)?;
+                        join.insert(s, c.rows, &times, None)?;
                     }
                 }
                 let joined = join.fire(wm)?;
@@ -530,6 +572,30 @@ impl Query {
         self.operator.as_ref().map_or(0, |o| o.state_keys())
             + self.join.as_ref().map_or(0, |j| j.state_rows())
     }
+}
+
+/// Which versions of a versioned table are present: those passing the
+/// table's own filter (over its source rows) and the join's conditions on
+/// the table alone (over its side rows); `None` when every one is.
+fn version_presence(
+    filter: Option<&dyn datafusion_physical_expr::PhysicalExpr>,
+    join: &crate::plan::JoinPlan,
+    source_rows: &RecordBatch,
+    side_rows: &RecordBatch,
+) -> Result<Option<Vec<bool>>> {
+    let mut present: Option<Vec<bool>> = None;
+    let checks = [
+        filter.map(|f| (f, source_rows)),
+        join.version_condition.as_deref().map(|c| (c, side_rows)),
+    ];
+    for (expr, rows) in checks.into_iter().flatten() {
+        let keep = eval_predicate(expr, rows)?;
+        let p = present.get_or_insert_with(|| vec![true; keep.len()]);
+        for (i, v) in p.iter_mut().enumerate() {
+            *v &= keep.value(i);
+        }
+    }
+    Ok(present)
 }
 
 /// Applies WHERE, checks event times, and stamps each kept row with its

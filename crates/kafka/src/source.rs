@@ -1,4 +1,8 @@
 //! [`KafkaSource`]: every partition of a topic, assigned explicitly.
+//!
+//! Each record's timestamp travels with it ([`RecordMeta::timestamps`]); a
+//! tombstone (a keyed record without a value, how a compacted topic deletes
+//! a key) is passed on as a deletion whose bytes are the record's key.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -11,7 +15,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use serde_json::json;
 use tracing::warn;
-use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{
+    Chunk, ConnectorError, Payload, RecordMeta, Source, SourceEvent, SourcePosition,
+};
 
 use crate::admin::{METADATA_TIMEOUT, partitions};
 use crate::config::{Bound, KafkaUrl};
@@ -23,6 +29,7 @@ struct Buffered {
     data: Vec<u8>,
     spans: Vec<std::ops::Range<usize>>,
     offsets: Vec<u64>,
+    meta: RecordMeta,
 }
 
 /// Reports librdkafka errors, except the end-of-partition notices that
@@ -247,9 +254,18 @@ impl KafkaSource {
                     }
                     let b = self.buffered.entry(p).or_default();
                     let start = b.data.len();
-                    b.data.extend_from_slice(m.payload().unwrap_or_default());
+                    match (m.payload(), m.key()) {
+                        (None, Some(key)) => {
+                            b.meta.deletions.push(b.offsets.len() as u32);
+                            b.data.extend_from_slice(key);
+                        }
+                        (payload, _) => b.data.extend_from_slice(payload.unwrap_or_default()),
+                    }
                     b.spans.push(start..b.data.len());
                     b.offsets.push(offset as u64);
+                    b.meta
+                        .timestamps
+                        .push(m.timestamp().to_millis().unwrap_or(0));
                     got += 1;
                 }
                 Err(KafkaError::PartitionEOF(p)) => {
@@ -305,6 +321,7 @@ impl Source for KafkaSource {
                 },
                 positions: b.offsets,
                 position_name: "offset",
+                meta: b.meta,
             }));
         }
         if let Some(ev) = self.events.pop_front() {

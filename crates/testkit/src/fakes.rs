@@ -131,6 +131,7 @@ impl Source for FakeSource {
                 payload: Payload::Bytes { data, spans },
                 positions: (from as u64..to as u64).collect(),
                 position_name: "record",
+                meta: Default::default(),
             }));
         }
         Ok(SourceEvent::End)

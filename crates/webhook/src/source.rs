@@ -167,6 +167,7 @@ impl Source for WebhookSource {
                     payload: Payload::Arrow(taken.batch),
                     positions: taken.offsets,
                     position_name: "event",
+                    meta: Default::default(),
                 }));
             }
             let now = Instant::now();

@@ -17,12 +17,18 @@
 //!
 //! Versions of one key with the same time are ordered by arrival; keep one
 //! key's versions in one partition (as a compacted topic keyed by it does).
+//! A version may be *absent*: a deletion (a tombstone), or a version the
+//! query's filter on the table refuses. It ends the version before it and
+//! matches nothing (a LEFT JOIN pads with nulls), so filtering versions
+//! before picking one cannot resurrect an older version.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
+};
 use arrow::compute::{cast, filter_record_batch, interleave, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -39,6 +45,10 @@ const NULL_KEY: u32 = u32::MAX;
 /// Column holding each stored row's event time in a snapshot.
 const TIME_COLUMN: &str = "__ubik_time";
 
+/// Column holding whether each stored version is present (not a deletion)
+/// in a snapshot; snapshots written before deletions existed lack it.
+const PRESENT_COLUMN: &str = "__ubik_present";
+
 /// Joined rows of one firing, in emission order, with each row's
 /// completion time.
 pub struct Joined {
@@ -54,6 +64,8 @@ struct Store {
     times: Vec<i64>,
     keys: Vec<u32>,
     alive: Vec<bool>,
+    /// False for an absent version (a deletion, or refused by the filter).
+    present: Vec<bool>,
     live: usize,
     /// Entries by key id (ids are dense).
     by_key: Vec<Vec<u32>>,
@@ -75,6 +87,7 @@ impl Store {
             times: Vec::new(),
             keys: Vec::new(),
             alive: Vec::new(),
+            present: Vec::new(),
             live: 0,
             by_key: Vec::new(),
             multi: versioned.then(std::collections::BTreeSet::new),
@@ -83,7 +96,14 @@ impl Store {
         }
     }
 
-    fn push(&mut self, rows: RecordBatch, times: &[i64], keys: &[u32], expiry: Option<&[i64]>) {
+    fn push(
+        &mut self,
+        rows: RecordBatch,
+        times: &[i64],
+        keys: &[u32],
+        present: Option<&[bool]>,
+        expiry: Option<&[i64]>,
+    ) {
         let b = self.batches.len() as u32;
         for (i, (&t, &k)) in times.iter().zip(keys).enumerate() {
             let e = self.at.len() as u32;
@@ -91,6 +111,7 @@ impl Store {
             self.times.push(t);
             self.keys.push(k);
             self.alive.push(true);
+            self.present.push(present.is_none_or(|p| p[i]));
             if k != NULL_KEY {
                 if self.by_key.len() <= k as usize {
                     self.by_key.resize_with(k as usize + 1, Vec::new);
@@ -182,6 +203,7 @@ impl Store {
         }
         let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
         let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
+        let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
         let unfired: Vec<(i64, u32)> = self
             .unfired
             .drain()
@@ -200,7 +222,7 @@ impl Store {
             .collect();
         let schema = Arc::clone(&self.schema);
         *self = Store::new(schema, self.multi.is_some());
-        self.push(rows, &times, &keys, None);
+        self.push(rows, &times, &keys, Some(&present), None);
         self.unfired = unfired.into_iter().map(Reverse).collect();
         self.expiry = expiry.into_iter().map(Reverse).collect();
         Ok(())
@@ -211,7 +233,7 @@ impl Store {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>()
-            + self.at.len() * 32
+            + self.at.len() * 33
     }
 }
 
@@ -251,8 +273,15 @@ impl JoinOperator {
         })
     }
 
-    /// Takes in on-time rows of one side (its schema), with their event times.
-    pub fn insert(&mut self, side: usize, rows: RecordBatch, times: &[i64]) -> Result<()> {
+    /// Takes in on-time rows of one side (its schema), with their event
+    /// times; `present` marks absent versions (false) of a versioned table.
+    pub fn insert(
+        &mut self,
+        side: usize,
+        rows: RecordBatch,
+        times: &[i64],
+        present: Option<&[bool]>,
+    ) -> Result<()> {
         let n = rows.num_rows();
         if n == 0 {
             return Ok(());
@@ -296,7 +325,7 @@ impl JoinOperator {
             JoinKind::Temporal { table } if table != side => Some(times.to_vec()),
             JoinKind::Temporal { .. } => None,
         };
-        self.stores[side].push(rows, times, &keys, expiry.as_deref());
+        self.stores[side].push(rows, times, &keys, present, expiry.as_deref());
         Ok(())
     }
 
@@ -377,6 +406,7 @@ impl JoinOperator {
                     best = Some(v);
                 }
             }
+            let best = best.filter(|&v| t.present[v as usize]);
             match (best, stream) {
                 (Some(v), 0) => pairs.push((a, Some(v), ta)),
                 (Some(v), _) => pairs.push((v, Some(a), ta)),
@@ -516,9 +546,18 @@ impl JoinOperator {
             let (rows, picked) = store.alive_rows()?;
             let times =
                 Int64Array::from_iter_values(picked.iter().map(|&e| store.times[e as usize]));
+            let present = arrow::array::BooleanArray::from_iter(
+                picked.iter().map(|&e| Some(store.present[e as usize])),
+            );
             let mut fields = rows.schema().fields().to_vec();
+            fields.push(Arc::new(Field::new(
+                PRESENT_COLUMN,
+                DataType::Boolean,
+                false,
+            )));
             fields.push(Arc::new(Field::new(TIME_COLUMN, DataType::Int64, false)));
             let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(present));
             columns.push(Arc::new(times));
             let batch = RecordBatch::try_new_with_options(
                 Arc::new(Schema::new(fields)),
@@ -540,12 +579,24 @@ impl JoinOperator {
             .ok_or_else(|| EngineError::Checkpoint("join state without times".into()))?
             .values()
             .to_vec();
+        let mut end = n - 1;
+        let present: Option<Vec<bool>> = match batch.schema().field(n - 2).name() == PRESENT_COLUMN
+        {
+            true => {
+                end -= 1;
+                let flags = batch.column(n - 2).as_boolean_opt().ok_or_else(|| {
+                    EngineError::Checkpoint("join state with a bad presence column".into())
+                })?;
+                Some(flags.iter().map(|f| f.unwrap_or(true)).collect())
+            }
+            false => None,
+        };
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.stores[side].schema),
-            batch.columns()[..n - 1].to_vec(),
+            batch.columns()[..end].to_vec(),
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
-        self.insert(side, rows, &times)
+        self.insert(side, rows, &times, present.as_deref())
     }
 
     pub fn state_size(&self) -> usize {

@@ -27,6 +27,9 @@ pub enum RejectReason {
     /// A join row before its partition's watermark: the join has already
     /// emitted the pairs up to there.
     LateForJoin { event_time: i64, watermark: i64 },
+    /// A deletion (a Kafka tombstone) of a key of a table that is not the
+    /// versioned side of a temporal join, the only place deletions apply.
+    UnappliedDeletion,
 }
 
 impl std::fmt::Display for RejectReason {
@@ -56,6 +59,10 @@ impl std::fmt::Display for RejectReason {
                 ts(*event_time),
                 ts(*watermark)
             ),
+            RejectReason::UnappliedDeletion => write!(
+                f,
+                "a deletion (a tombstone) of a key, but this query does not read the table as the versioned side of a temporal join, the only place ubik applies deletions; declare the table's PRIMARY KEY and join it FOR SYSTEM_TIME AS OF, or filter tombstones out upstream"
+            ),
             RejectReason::FutureEventTime { event_time, limit } => write!(
                 f,
                 "event time {} is too far in the future (limit {}); raise --max-future if the clock is right",
@@ -73,6 +80,7 @@ impl RejectReason {
             RejectReason::TooLate { .. } | RejectReason::LateForJoin { .. } => "late",
             RejectReason::NullEventTime => "null_event_time",
             RejectReason::FutureEventTime { .. } => "future_event_time",
+            RejectReason::UnappliedDeletion => "deletion",
         }
     }
 }

@@ -91,6 +91,23 @@ impl Lowering {
             }
         }
         let versioned = self.versioned_side(&sides)?;
+        // Conditions on the versioned table alone judge the version valid at
+        // the stream row's time (one that fails is absent), never an older one.
+        let mut on_version = Vec::new();
+        if let Some((table, _)) = &versioned {
+            let schema = sides[*table].schema;
+            rest.retain(|c| {
+                let only_table = c.column_refs().iter().all(|col| schema.has_column(col));
+                if only_table {
+                    on_version.push(c.clone());
+                }
+                !only_table
+            });
+        }
+        let version_condition = match &versioned {
+            Some((table, _)) => self.conjunction(on_version, sides[*table].schema)?,
+            None => None,
+        };
         let windowed = sides.iter().any(|s| s.windows.is_some());
         let (kind, times) = match versioned {
             Some(_) if windowed => {
@@ -114,8 +131,8 @@ impl Lowering {
                 }
                 if left_outer && !rest.is_empty() {
                     return Err(EngineError::unsupported(
-                        "a temporal LEFT JOIN supports only key equalities in ON",
-                        "move the other conditions to WHERE",
+                        "a temporal LEFT JOIN supports in ON only key equalities and conditions on the versioned table alone",
+                        "move the conditions that involve the stream side to WHERE",
                     ));
                 }
                 let stream = 1 - table;
@@ -210,6 +227,7 @@ impl Lowering {
                 left_outer,
                 sides: [left, right],
                 condition,
+                version_condition,
                 row_time,
             }),
         })
