@@ -338,6 +338,144 @@ fn temporal_join_of_two_topics_equals_oracle() {
     assert_matches("temporal join over Kafka", &fold_recs(&recs), &want);
 }
 
+/// Produces keyed versions with explicit record timestamps, in order, on
+/// partition 0; a `None` value is a tombstone (the key is deleted).
+fn produce_versions(topic: &str, versions: &[(String, Option<String>, i64)]) {
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for (key, value, ts) in versions {
+        let mut rec = BaseRecord::<[u8], [u8]>::to(topic)
+            .key(key.as_bytes())
+            .partition(0)
+            .timestamp(*ts);
+        if let Some(v) = value {
+            rec = rec.payload(v.as_bytes());
+        }
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    rec = r;
+                    p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// A compacted topic without a time column, with tombstones: each version
+/// is valid from its record timestamp, a tombstone deletes its key from
+/// its own timestamp on (the LEFT JOIN pads with nulls until a next
+/// version), and the fold equals DataFusion's as-of join over the same
+/// versions with deletion flags.
+#[test]
+fn tombstones_delete_versions_at_their_record_timestamp() {
+    let Some(_broker) = serial() else { return };
+    let (orders, merchants, output) = (unique("t-orders"), unique("t-merchants"), unique("t-out"));
+    create_topic(&orders, 2);
+    create_topic_with(&merchants, 1, &[("cleanup.policy", "compact")]);
+    let order_lines = events(4_000, 8, 2_000, 7);
+    let base = ubik_testkit::events::BASE_MS;
+    let mut rng = Rng(5);
+    // (key, region or deletion, record timestamp): a first version of each
+    // key, then updates and tombstones at distinct times.
+    let mut versions: Vec<(String, Option<String>, i64)> = (0..8)
+        .map(|k| {
+            (
+                format!("m{k:03}"),
+                Some(format!("r{}", rng.below(3))),
+                base - 10_000 + k,
+            )
+        })
+        .collect();
+    for i in (0..4_000i64).step_by(100) {
+        let key = format!("m{:03}", rng.below(8));
+        let region = (rng.below(3) > 0).then(|| format!("r{}", rng.below(3)));
+        versions.push((key, region, base + i * 25 + 1));
+    }
+    let value = |key: &str, region: &str| format!(r#"{{"id":"{key}","region":"{region}"}}"#);
+    let records: Vec<(String, Option<String>, i64)> = versions
+        .iter()
+        .map(|(k, r, t)| (k.clone(), r.as_ref().map(|r| value(k, r)), *t))
+        .collect();
+    produce(&orders, &order_lines);
+    produce_versions(&merchants, &records);
+    let sql = format!(
+        "SELECT m.region, TUMBLE(o.ts, INTERVAL '10' SECOND) AS w, count(*) AS n, sum(o.amount) AS total \
+         FROM \"{orders}\" o LEFT JOIN \"{merchants}\" FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id \
+         GROUP BY m.region, TUMBLE(o.ts, INTERVAL '10' SECOND)"
+    );
+    let o = ubik()
+        .args(["run", &sql])
+        .args([
+            "--from",
+            &format!("kafka://{}/{orders}?end=latest", broker()),
+        ])
+        .args([
+            "--from",
+            &format!("kafka://{}/{merchants}?end=latest", broker()),
+        ])
+        .args(["--schema", &format!("{orders}={SCHEMA}")])
+        .args([
+            "--schema",
+            &format!("{merchants}=id VARCHAR PRIMARY KEY, region VARCHAR"),
+        ])
+        .args(["--to", &format!("kafka://{}/{output}", broker())])
+        .args(["--lateness", "5s", "--batch-size", "300", "-q"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ts = |ms: i64| {
+        let mut b = Vec::new();
+        ubik_engine::time::write_rfc3339_micros(&mut b, ms * 1000);
+        String::from_utf8(b).unwrap()
+    };
+    let version_lines: Vec<String> = versions
+        .iter()
+        .map(|(k, r, t)| {
+            let region = r.as_ref().map_or("null".into(), |r| format!("\"{r}\""));
+            format!(
+                r#"{{"id":"{k}","region":{region},"ts":"{}","deleted":{}}}"#,
+                ts(*t),
+                r.is_none()
+            )
+        })
+        .collect();
+    let text = |lines: &[String]| ubik_testkit::events::jsonl(lines);
+    let want = ubik_testkit::oracle_tables(
+        "WITH c AS (SELECT o.ts, o.amount, m.region, m.deleted, \
+           rank() OVER (PARTITION BY o.merchant, o.ts, o.amount ORDER BY m.ts DESC) AS rn \
+         FROM orders o LEFT JOIN merchants m ON o.merchant = m.id AND m.ts <= o.ts) \
+         SELECT CASE WHEN deleted THEN NULL ELSE region END AS region, \
+           date_bin(INTERVAL '10 seconds', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, \
+           count(*) AS n, sum(amount) AS total FROM c WHERE rn = 1 GROUP BY 1, 2",
+        &[
+            (
+                "orders",
+                &read_jsonl(text(&order_lines).as_bytes(), &orders_schema(SCHEMA)),
+            ),
+            (
+                "merchants",
+                &read_jsonl(
+                    text(&version_lines).as_bytes(),
+                    &orders_schema("id VARCHAR, region VARCHAR, ts TIMESTAMP, deleted BOOLEAN"),
+                ),
+            ),
+        ],
+        &[0, 1],
+    );
+    assert!(
+        want.keys().any(|k| k.contains(r#""region":null"#)),
+        "the data must exercise deletions: {want:?}"
+    );
+    let recs = consume_all(&output, "read_committed");
+    assert_matches("temporal join with tombstones", &fold_recs(&recs), &want);
+}
+
 /// A join whose table side (a topic) goes quiet: once idle it catches up
 /// with the stream's watermark, and every window closes without new
 /// versions; the output equals the oracle.

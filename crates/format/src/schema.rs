@@ -13,7 +13,7 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
-use ubik_connector::PRIMARY_KEY_METADATA;
+use ubik_connector::{PRIMARY_KEY_METADATA, RECORD_TIMESTAMP_METADATA};
 
 use crate::error::{FormatError, Result};
 use crate::timestamp::parse_timestamp_micros;
@@ -82,6 +82,33 @@ pub fn primary_key(schema: &Schema) -> Vec<&str> {
         .get(PRIMARY_KEY_METADATA)
         .map(|k| k.split(',').collect())
         .unwrap_or_default()
+}
+
+/// The column a versioned table without a TIMESTAMP column gets when its
+/// transport stamps each record (a Kafka record timestamp): a version is
+/// valid from its record's timestamp.
+pub const RECORD_TIMESTAMP_COLUMN: &str = "_timestamp";
+
+/// `schema` plus [`RECORD_TIMESTAMP_COLUMN`], filled from record
+/// timestamps, when it declares a primary key and no TIMESTAMP column.
+pub fn with_record_timestamp(schema: SchemaRef) -> SchemaRef {
+    let has_time = schema
+        .fields()
+        .iter()
+        .any(|f| matches!(f.data_type(), DataType::Timestamp(_, _)));
+    if primary_key(&schema).is_empty() || has_time {
+        return schema;
+    }
+    let mut fields = schema.fields().to_vec();
+    fields.push(Arc::new(
+        Field::new(
+            RECORD_TIMESTAMP_COLUMN,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        )
+        .with_metadata([(RECORD_TIMESTAMP_METADATA.to_string(), "true".to_string())].into()),
+    ));
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 /// Maps a SQL type name (as written in a column list) to Arrow.

@@ -141,6 +141,8 @@ pub fn open_source(
         format,
     } = spec;
     let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
+    // Only a declared schema can name a primary key.
+    let schema = schema.map(|s| endpoint.transport_schema(s));
     let mut source = open_endpoint(
         endpoint,
         &Opening {
@@ -287,6 +289,7 @@ pub fn validate(spec: PipelineSpec) -> Result<QueryPlan> {
     for source in spec.sources {
         match source.schema.clone() {
             Some(schema) => {
+                let schema = source.endpoint.transport_schema(schema);
                 let referenced = ubik_engine::sql::referenced_tables(&spec.sql);
                 let fallback = referenced.first().map_or("input", String::as_str);
                 let name = table_name(

@@ -19,6 +19,7 @@ pub mod dead_letter;
 pub mod error;
 pub mod host;
 pub mod pipeline;
+pub mod record_meta;
 pub mod runner;
 pub mod settings;
 pub mod spec;

@@ -30,6 +30,7 @@ use crate::changes::{decode_changes, encode_changes};
 use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
 use crate::connect::OpenedSource;
 use crate::error::{Result, RuntimeError};
+use crate::record_meta;
 use crate::settings::{ErrorPolicy, Settings};
 
 /// Counters of a running pipeline.
@@ -96,6 +97,8 @@ struct Input {
     /// How messages name it (its URL or path).
     name: String,
     decoder: Box<dyn RecordDecoder>,
+    /// Decodes the keys of deletions (made when the first one arrives).
+    key_decoder: Option<Box<dyn RecordDecoder>>,
     schema: SchemaRef,
     /// Its index among the plan's sources (the high bits of its partition ids).
     index: usize,
@@ -108,6 +111,28 @@ struct Input {
 impl Input {
     fn id(&self, partition: u32) -> u32 {
         partition_id(self.index, partition)
+    }
+
+    /// Decodes deletions' keys into rows of the schema holding only the
+    /// primary key's columns; a key that fits no reading is a bad record.
+    fn decode_keys(&mut self, keys: &[&[u8]]) -> Result<ubik_format::Decoded> {
+        let primary_key = ubik_format::schema::primary_key(&self.schema);
+        let objects: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| record_meta::key_object(k, &primary_key).unwrap_or_default())
+            .collect();
+        let decoder = match &mut self.key_decoder {
+            Some(d) => d,
+            None => {
+                self.key_decoder
+                    .insert(Box::new(ubik_format::json::JsonDecoder::with_threads(
+                        Arc::clone(&self.schema),
+                        1,
+                    )?))
+            }
+        };
+        let refs: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
+        Ok(decoder.decode(&refs)?)
     }
 }
 
@@ -207,6 +232,7 @@ impl Pipeline {
                 table,
                 source,
                 decoder,
+                key_decoder: None,
                 schema,
                 index,
                 ended: false,
@@ -516,6 +542,24 @@ impl Pipeline {
     }
 
     fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
+        if chunk.meta.deletions.is_empty() {
+            return self.on_run(input, chunk, false, out);
+        }
+        for (run, deletion) in record_meta::split_runs(chunk) {
+            self.on_run(input, run, deletion, out)?;
+        }
+        Ok(())
+    }
+
+    /// Decodes and feeds records of one partition: values, or deletions
+    /// (whose bytes are keys) when `deletion`.
+    fn on_run(
+        &mut self,
+        input: usize,
+        chunk: Chunk,
+        deletion: bool,
+        out: &mut Output,
+    ) -> Result<()> {
         let p = self.inputs[input].id(chunk.partition);
         let n = chunk.payload.len() as u64;
         self.stats.records_in += n;
@@ -524,7 +568,11 @@ impl Pipeline {
             Payload::Bytes { data, .. } => {
                 self.stats.bytes_in += data.len() as u64;
                 let records = chunk.payload.records();
-                let decoded = self.inputs[input].decoder.decode(&records)?;
+                let decoded = if deletion {
+                    self.inputs[input].decode_keys(&records)?
+                } else {
+                    self.inputs[input].decoder.decode(&records)?
+                };
                 for bad in &decoded.bad {
                     self.stats.decode_errors += 1;
                     let pos = chunk.positions.get(bad.index).copied();
@@ -563,7 +611,13 @@ impl Pipeline {
                 } else {
                     decoded.records.clone()
                 };
-                (decoded.batch, record_of)
+                let batch = record_meta::fill_record_times(
+                    decoded.batch,
+                    &record_of,
+                    &chunk.meta.timestamps,
+                    deletion,
+                )?;
+                (batch, record_of)
             }
             Payload::Arrow(b) => {
                 let b = conform(b, &self.inputs[input].schema)?;
@@ -582,7 +636,14 @@ impl Pipeline {
         {
             let k = ev.position.saturating_sub(base);
             let upto = record_of.partition_point(|&r| (r as u64) < k);
-            self.feed(p, &batch, row, upto, (&chunk, input), &record_of, out)?;
+            self.feed(
+                p,
+                &batch,
+                (row, upto),
+                (&chunk, input, deletion),
+                &record_of,
+                out,
+            )?;
             self.query.push_watermark(p, ev.watermark, out)?;
             self.replay.pop_front();
             row = upto;
@@ -590,9 +651,8 @@ impl Pipeline {
         self.feed(
             p,
             &batch,
-            row,
-            batch.num_rows(),
-            (&chunk, input),
+            (row, batch.num_rows()),
+            (&chunk, input, deletion),
             &record_of,
             out,
         )?;
@@ -600,14 +660,14 @@ impl Pipeline {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Feeds rows `from..to` of a decoded run (`chunk` = the run, its
+    /// input, whether it holds deletions) to the query.
     fn feed(
         &mut self,
         p: u32,
         batch: &RecordBatch,
-        from: usize,
-        to: usize,
-        chunk: (&Chunk, usize),
+        (from, to): (usize, usize),
+        chunk: (&Chunk, usize, bool),
         record_of: &[u32],
         out: &mut Output,
     ) -> Result<()> {
@@ -620,7 +680,11 @@ impl Pipeline {
             batch.slice(from, to - from)
         };
         let before = out.rejects.len();
-        self.query.process(p, &slice, out)?;
+        if chunk.2 {
+            self.query.process_deletions(p, &slice, out)?;
+        } else {
+            self.query.process(p, &slice, out)?;
+        }
         if out.rejects.len() > before {
             self.dead_letter_rejects(out, Some((chunk.0, chunk.1, record_of, from)))?;
         }

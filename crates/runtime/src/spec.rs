@@ -89,6 +89,19 @@ impl Endpoint {
         )))
     }
 
+    /// The schema the engine sees for `schema` read from this endpoint: a
+    /// versioned table on a transport that stamps records (Kafka) without
+    /// a TIMESTAMP column gets `_timestamp`, its records' timestamps.
+    pub fn transport_schema(
+        &self,
+        schema: arrow::datatypes::SchemaRef,
+    ) -> arrow::datatypes::SchemaRef {
+        match self {
+            Endpoint::Kafka(_) => ubik_format::schema::with_record_timestamp(schema),
+            _ => schema,
+        }
+    }
+
     /// The table name the endpoint itself suggests: a Kafka topic, the last
     /// segment of a webhook path. Files, stdin and the demo have none of
     /// their own: they take the table the query reads.
