@@ -372,10 +372,18 @@ fn produce_versions(topic: &str, versions: &[(String, Option<String>, i64)]) {
 /// its own timestamp on (the LEFT JOIN pads with nulls until a next
 /// version), and the fold equals DataFusion's as-of join over the same
 /// versions with deletion flags.
-#[test]
-fn tombstones_delete_versions_at_their_record_timestamp() {
-    let Some(_broker) = serial() else { return };
-    let (orders, merchants, output) = (unique("t-orders"), unique("t-merchants"), unique("t-out"));
+struct VersionedJoin {
+    sql: String,
+    orders: String,
+    merchants: String,
+    /// The folded changelog DataFusion computes in one shot.
+    want: State,
+}
+
+/// Orders on 2 partitions LEFT JOINed (per 10-second window) with a
+/// compacted topic without a time column, with tombstones.
+fn versioned_join_with_tombstones() -> VersionedJoin {
+    let (orders, merchants) = (unique("t-orders"), unique("t-merchants"));
     create_topic(&orders, 2);
     create_topic_with(&merchants, 1, &[("cleanup.policy", "compact")]);
     let order_lines = events(4_000, 8, 2_000, 7);
@@ -409,26 +417,6 @@ fn tombstones_delete_versions_at_their_record_timestamp() {
          FROM \"{orders}\" o LEFT JOIN \"{merchants}\" FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id \
          GROUP BY m.region, TUMBLE(o.ts, INTERVAL '10' SECOND)"
     );
-    let o = ubik()
-        .args(["run", &sql])
-        .args([
-            "--from",
-            &format!("kafka://{}/{orders}?end=latest", broker()),
-        ])
-        .args([
-            "--from",
-            &format!("kafka://{}/{merchants}?end=latest", broker()),
-        ])
-        .args(["--schema", &format!("{orders}={SCHEMA}")])
-        .args([
-            "--schema",
-            &format!("{merchants}=id VARCHAR PRIMARY KEY, region VARCHAR"),
-        ])
-        .args(["--to", &format!("kafka://{}/{output}", broker())])
-        .args(["--lateness", "5s", "--batch-size", "300", "-q"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
     let ts = |ms: i64| {
         let mut b = Vec::new();
         ubik_engine::time::write_rfc3339_micros(&mut b, ms * 1000);
@@ -472,8 +460,97 @@ fn tombstones_delete_versions_at_their_record_timestamp() {
         want.keys().any(|k| k.contains(r#""region":null"#)),
         "the data must exercise deletions: {want:?}"
     );
+    VersionedJoin {
+        sql,
+        orders,
+        merchants,
+        want,
+    }
+}
+
+/// `ubik run` of the versioned join into `output`.
+fn run_versioned_join(j: &VersionedJoin, output: &str, extra: &[&str]) -> std::process::Command {
+    let mut c = ubik();
+    c.args(["run", &j.sql])
+        .args([
+            "--from",
+            &format!("kafka://{}/{}?end=latest", broker(), j.orders),
+        ])
+        .args([
+            "--from",
+            &format!("kafka://{}/{}?end=latest", broker(), j.merchants),
+        ])
+        .args(["--schema", &format!("{}={SCHEMA}", j.orders)])
+        .args([
+            "--schema",
+            &format!("{}=id VARCHAR PRIMARY KEY, region VARCHAR", j.merchants),
+        ])
+        .args(["--to", &format!("kafka://{}/{output}", broker())])
+        .args(["--lateness", "5s", "--batch-size", "300", "-q"])
+        .args(extra);
+    c
+}
+
+/// A compacted topic without a time column, with tombstones: each version
+/// is valid from its record timestamp, a tombstone deletes its key from
+/// its own timestamp on (the LEFT JOIN pads with nulls until a next
+/// version), and the fold equals DataFusion's as-of join over the same
+/// versions with deletion flags.
+#[test]
+fn tombstones_delete_versions_at_their_record_timestamp() {
+    let Some(_broker) = serial() else { return };
+    let j = versioned_join_with_tombstones();
+    let output = unique("t-out");
+    let o = run_versioned_join(&j, &output, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
     let recs = consume_all(&output, "read_committed");
-    assert_matches("temporal join with tombstones", &fold_recs(&recs), &want);
+    assert_matches("temporal join with tombstones", &fold_recs(&recs), &j.want);
+}
+
+/// The versioned join killed with -9 at random moments and resumed from its
+/// checkpoint: the committed fold equals the oracle, and every committed
+/// record is byte-identical to one of an uninterrupted run.
+#[test]
+fn temporal_join_killed_and_resumed_over_kafka() {
+    let Some(_broker) = serial() else { return };
+    let j = versioned_join_with_tombstones();
+    let reference_out = unique("tj-ref");
+    let o = run_versioned_join(&j, &reference_out, &[])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference: BTreeSet<Rec> = consume_all(&reference_out, "read_committed")
+        .into_iter()
+        .collect();
+    let mut rng = Rng(23);
+    let mut kills = 0;
+    while kills < 6 {
+        let output = unique("tj-out");
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("ck");
+        kills += kill_until_done(
+            "temporal join",
+            &mut rng,
+            || {
+                let mut c = run_versioned_join(&j, &output, &["--checkpoint-every", "700"]);
+                c.arg("--checkpoint").arg(&ck);
+                c
+            },
+            || {},
+        );
+        let committed = consume_all(&output, "read_committed");
+        assert_matches(
+            &format!("temporal join, {kills} kills so far"),
+            &fold_recs(&committed),
+            &j.want,
+        );
+        for r in &committed {
+            assert!(
+                reference.contains(r),
+                "temporal join: record differs from every first copy: {r:?}"
+            );
+        }
+    }
 }
 
 /// A join whose table side (a topic) goes quiet: once idle it catches up
@@ -602,6 +679,45 @@ fn spawn_logged(mut c: std::process::Command) -> Running {
     )
 }
 
+/// Runs `cmd()` again and again on the same checkpoint, killing it (-9) at
+/// random moments (reading, joining, producing, committing, checkpointing)
+/// until a run completes; `after_kill` checks the output after each kill.
+/// Returns the number of kills.
+fn kill_until_done(
+    what: &str,
+    rng: &mut Rng,
+    cmd: impl Fn() -> std::process::Command,
+    mut after_kill: impl FnMut(),
+) -> usize {
+    for run in 0.. {
+        assert!(run < 100, "{what}: never finished");
+        let mut child = spawn_logged(cmd());
+        // Later runs live longer, so a slow machine (startup, fencing the
+        // killed producer) still reaches a checkpoint and the round ends.
+        let wait = Duration::from_millis(50 + rng.below(900) + 150 * run as u64);
+        let started = Instant::now();
+        while started.elapsed() < wait {
+            if let Some(s) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                assert!(s.success(), "{what}: run failed: {err}");
+                // Every run before this one was killed.
+                return run;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        after_kill();
+    }
+    unreachable!()
+}
+
 #[test]
 fn crash_suite_both_emit_modes() {
     let Some(_broker) = serial() else { return };
@@ -629,47 +745,25 @@ fn crash_suite_both_emit_modes() {
             let output = unique(&format!("crash-out-{emit}"));
             let dir = tempfile::tempdir().unwrap();
             let ck = dir.path().join("ck");
-            for run in 0.. {
-                assert!(run < 100, "{emit}: never finished");
-                let mut cmd = ubik_run(
-                    &input,
-                    &output,
-                    &["--emit", emit, "--checkpoint-every", "3000"],
-                );
-                cmd.arg("--checkpoint").arg(&ck);
-                let mut child = spawn_logged(cmd);
-                // Random kill points; later runs of a round live longer, so a
-                // slow machine (startup, fencing the killed producer) still
-                // reaches a checkpoint and the round ends.
-                let wait = Duration::from_millis(50 + rng.below(900) + 150 * run as u64);
-                let started = Instant::now();
-                let mut exited = None;
-                while started.elapsed() < wait {
-                    if let Some(s) = child.try_wait().unwrap() {
-                        exited = Some(s);
-                        break;
+            kills += kill_until_done(
+                emit,
+                &mut rng,
+                || {
+                    let mut cmd = ubik_run(
+                        &input,
+                        &output,
+                        &["--emit", emit, "--checkpoint-every", "3000"],
+                    );
+                    cmd.arg("--checkpoint").arg(&ck);
+                    cmd
+                },
+                || {
+                    if emit == "transactional" {
+                        // read_committed never sees part of a window.
+                        assert_windows_complete(&consume_all(&output, "read_committed"), &want);
                     }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if let Some(s) = exited {
-                    let mut err = String::new();
-                    child
-                        .stderr
-                        .take()
-                        .unwrap()
-                        .read_to_string(&mut err)
-                        .unwrap();
-                    assert!(s.success(), "{emit}: run failed: {err}");
-                    break;
-                }
-                child.kill().unwrap();
-                child.wait().unwrap();
-                kills += 1;
-                if emit == "transactional" {
-                    // read_committed never sees part of a window.
-                    assert_windows_complete(&consume_all(&output, "read_committed"), &want);
-                }
-            }
+                },
+            );
             let committed = consume_all(&output, "read_committed");
             assert_matches(
                 &format!("{emit}, {kills} kills so far"),
