@@ -30,7 +30,8 @@ pub enum Command {
 
 #[derive(Args, Debug, Default)]
 pub struct QueryArgs {
-    /// The SQL query (or use -f).
+    /// The SQL query (or use -f). It may start with a `--` comment.
+    #[arg(allow_hyphen_values = true)]
     pub sql: Option<String>,
     /// A pipeline file (*.toml) or a file holding the SQL query.
     #[arg(short = 'f', long = "file")]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use tracing::info;
 use ubik_connector::{ConnectorError, DeadLetterSink, Sink, Source};
-use ubik_connectors::{ArrowSource, DemoSource, FileSource, StdoutSink};
+use ubik_connectors::{ArrowSource, DemoSource, FileSource, NexmarkSource, StdoutSink};
 use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
 use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
@@ -84,6 +84,7 @@ fn open_endpoint(endpoint: Endpoint, at: &Opening<'_>) -> Result<Box<dyn Source>
         Endpoint::File(p) => Box::new(FileSource::open(&p.to_string_lossy())?),
         Endpoint::Stdin => Box::new(FileSource::stdin()),
         Endpoint::Demo { table, options } => Box::new(DemoSource::new(&table, options)),
+        Endpoint::Nexmark { table, options } => Box::new(NexmarkSource::new(table, options)),
         Endpoint::Kafka(url) => {
             Box::new(ubik_kafka::KafkaSource::open(&url, at.kafka).map_err(ConnectorError::from)?)
         }

@@ -9,6 +9,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatchReader;
 use ubik_connector::{DeadLetterSink, Source};
 use ubik_connectors::demo::DemoOptions;
+use ubik_connectors::nexmark::{NexmarkOptions, NexmarkTable};
 use ubik_format::Format;
 
 use crate::error::{Result, RuntimeError};
@@ -21,6 +22,11 @@ pub enum Endpoint {
     Demo {
         table: String,
         options: DemoOptions,
+    },
+    /// `nexmark://bid?...`: the Nexmark benchmark's stream, generated in process.
+    Nexmark {
+        table: NexmarkTable,
+        options: NexmarkOptions,
     },
     /// `kafka://host:port/topic?...` (librdkafka properties come from the spec).
     Kafka(String),
@@ -38,6 +44,7 @@ impl std::fmt::Debug for Endpoint {
             Endpoint::File(p) => write!(f, "file://{}", p.display()),
             Endpoint::Stdin => write!(f, "-"),
             Endpoint::Demo { table, .. } => write!(f, "demo://{table}"),
+            Endpoint::Nexmark { table, .. } => write!(f, "nexmark://{}", table.name()),
             Endpoint::Kafka(url) | Endpoint::Webhook(url) => write!(f, "{url}"),
             Endpoint::Arrow(_) => write!(f, "arrow"),
             Endpoint::Provided(s) => write!(f, "{}", s.describe()),
@@ -76,6 +83,13 @@ impl Endpoint {
                 options: DemoOptions::parse(query)?,
             });
         }
+        if let Some(rest) = url.strip_prefix("nexmark://") {
+            let (table, query) = rest.split_once('?').unwrap_or((rest, ""));
+            return Ok(Endpoint::Nexmark {
+                table: NexmarkTable::parse(table)?,
+                options: NexmarkOptions::parse(query)?,
+            });
+        }
         if !url.contains("://")
             && [".jsonl", ".json", ".ndjson"]
                 .iter()
@@ -85,7 +99,7 @@ impl Endpoint {
         }
         let scheme = url.split("://").next().unwrap_or(url);
         Err(RuntimeError::Config(format!(
-            "unsupported source {url:?} (scheme {scheme:?}); use kafka://host:port/topic, webhook://host:port/path, file://path.jsonl, - (stdin) or demo://orders"
+            "unsupported source {url:?} (scheme {scheme:?}); use kafka://host:port/topic, webhook://host:port/path, file://path.jsonl, - (stdin), demo://orders or nexmark://bid"
         )))
     }
 
@@ -103,7 +117,7 @@ impl Endpoint {
     }
 
     /// The table name the endpoint itself suggests: a Kafka topic, the last
-    /// segment of a webhook path. Files, stdin and the demo have none of
+    /// segment of a webhook path, a Nexmark table. Files, stdin and the demo have none of
     /// their own: they take the table the query reads.
     pub fn own_table(&self) -> Option<String> {
         match self {
@@ -112,6 +126,7 @@ impl Endpoint {
                 .ok()
                 .map(|c| c.table),
             Endpoint::Provided(s) => Some(s.table().to_string()),
+            Endpoint::Nexmark { table, .. } => Some(table.name().to_string()),
             Endpoint::File(_) | Endpoint::Stdin | Endpoint::Demo { .. } | Endpoint::Arrow(_) => {
                 None
             }

@@ -13,7 +13,7 @@ pub mod oracle;
 
 pub use changelog::{State, assert_matches, close, fold, fold_lines};
 pub use events::{ORDERS, Orders, Rng, TAGGED_ORDERS, orders_schema};
-pub use oracle::{oracle, oracle_tables, read_jsonl};
+pub use oracle::{oracle, oracle_rows, oracle_tables, read_jsonl};
 
 /// Runs `body` on a thread of its own and returns its result; fails the
 /// test if it has not finished within `limit` (a hang becomes a failure

@@ -21,6 +21,34 @@ pub fn oracle(sql: &str, input: &[RecordBatch], key_columns: &[usize]) -> State 
 
 /// [`oracle`] over several named tables (a join).
 pub fn oracle_tables(sql: &str, tables: &[(&str, &[RecordBatch])], key_columns: &[usize]) -> State {
+    let mut out = State::new();
+    for b in run(sql, tables) {
+        let mut enc = ChangelogEncoder::new(&b.schema(), key_columns.to_vec(), true);
+        encode(&mut enc, b, |key, value| {
+            let key = key.expect("a keyed result");
+            assert!(
+                out.insert(key.clone(), value).is_none(),
+                "the oracle returned key {key} twice: is key_columns the query's key?"
+            );
+        });
+    }
+    out
+}
+
+/// The rows DataFusion returns for `sql`, each as the value JSON ubik
+/// writes for it, sorted: an append-only result compares as a multiset.
+pub fn oracle_rows(sql: &str, tables: &[(&str, &[RecordBatch])]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in run(sql, tables) {
+        let mut enc = ChangelogEncoder::new(&b.schema(), Vec::new(), false);
+        encode(&mut enc, b, |_, value| out.push(value));
+    }
+    out.sort();
+    out
+}
+
+/// Runs `sql` with DataFusion over `tables` in one shot.
+fn run(sql: &str, tables: &[(&str, &[RecordBatch])]) -> Vec<RecordBatch> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a tokio runtime");
@@ -39,32 +67,31 @@ pub fn oracle_tables(sql: &str, tables: &[(&str, &[RecordBatch])], key_columns: 
             .sql(sql)
             .await
             .unwrap_or_else(|e| panic!("oracle sql failed: {e}\n{sql}"));
-        let batches = df
-            .collect()
+        df.collect()
             .await
-            .unwrap_or_else(|e| panic!("oracle query failed: {e}\n{sql}"));
-        let mut out = State::new();
-        for b in batches {
-            let mut enc = ChangelogEncoder::new(&b.schema(), key_columns.to_vec(), true);
-            let change = ubik_engine::ChangeBatch {
-                timestamps: arrow::array::Int64Array::new_null(b.num_rows()),
-                rows: b,
-                deletes: None,
-            };
-            enc.encode(&change, |r| {
-                let key = String::from_utf8_lossy(r.key.expect("a keyed result")).into_owned();
-                let value = String::from_utf8_lossy(r.value.expect("no tombstones")).into_owned();
-                assert!(
-                    out.insert(key.clone(), value).is_none(),
-                    "the oracle returned key {key} twice: is key_columns the query's key?"
-                );
-                Ok::<_, ()>(())
-            })
-            .expect("encode the oracle's result")
-            .expect("collect the oracle's result");
-        }
-        out
+            .unwrap_or_else(|e| panic!("oracle query failed: {e}\n{sql}"))
     })
+}
+
+/// Encodes `rows` as ubik encodes a changelog: (key, value) JSON per row.
+fn encode(
+    enc: &mut ChangelogEncoder,
+    rows: RecordBatch,
+    mut each: impl FnMut(Option<String>, String),
+) {
+    let change = ubik_engine::ChangeBatch {
+        timestamps: arrow::array::Int64Array::new_null(rows.num_rows()),
+        rows,
+        deletes: None,
+    };
+    enc.encode(&change, |r| {
+        let key = r.key.map(|k| String::from_utf8_lossy(k).into_owned());
+        let value = String::from_utf8_lossy(r.value.expect("no tombstones")).into_owned();
+        each(key, value);
+        Ok::<_, ()>(())
+    })
+    .expect("encode the oracle's result")
+    .expect("collect the oracle's result");
 }
 
 /// Decodes JSON lines with Arrow's own JSON reader (the one DataFusion's
