@@ -4,12 +4,16 @@
 //!   to changelog rows (Arrow), the per-merchant per-minute query.
 //! - `encode FILE.arrow SQL`: the same plus canonical JSON encoding.
 //! - `checkpoint KEYS`: snapshot + encode of KEYS open (group, window) keys.
+//! - `nexmark QUERY.sql EVENTS`: a Nexmark query over a stream of EVENTS
+//!   events (all kinds), generated into memory first, then timed through the
+//!   engine alone (one thread) into a sink that counts rows (see [`nexmark`]).
 //!
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
 //! Prints one JSON line of measurements.
 
 mod kafka;
+mod nexmark;
 
 use std::fs::File;
 use std::sync::Arc;
@@ -147,13 +151,14 @@ fn main() -> Result<()> {
         ["arrow-agg", path, sql] => run_agg(path, sql, false),
         ["encode", path, sql] => run_agg(path, sql, true),
         ["checkpoint", keys] => checkpoint(keys.parse()?),
+        ["nexmark", sql, events] => nexmark::run(sql, events.parse()?),
         ["kafka-load", broker, topic, path, partitions] => {
             kafka::load(broker, topic, path, partitions.parse()?)
         }
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
         ),
     }
 }
