@@ -5,7 +5,9 @@ DuckDB's ASOF JOIN) and an interval join (payments within 10 minutes of
 their order), each aggregated per region / merchant and minute. Prints
 seconds, rows/s and the ratio ubik/DuckDB (median of --runs).
 
-    python3 bench/join_vs_duckdb.py [--orders 2000000] [--versions 20000] [--runs 3]
+    python3 bench/join_vs_duckdb.py [--orders 2000000] [--merchants 1000] [--versions 20000] [--runs 3]
+
+The issue's target: --orders 10000000 --merchants 100000 --versions 100000 (1 % updates).
 
 Needs the ubik package importable (scripts/python-dev-install.sh, or pip
 install of a release build), duckdb and numpy. Say which build you measured.
@@ -28,7 +30,7 @@ def tables(n_orders, n_versions, merchants=1000, seed=7):
     span = 3_600_000
     ts = BASE_MS + np.sort(rng.integers(0, span, n_orders))
     m_codes = rng.integers(0, merchants, n_orders)
-    names = np.array([f"m{i:04d}" for i in range(merchants)], dtype=object)
+    names = np.array([f"m{i:06d}" for i in range(merchants)], dtype=object)
     orders = pa.table({
         "oid": pa.array(np.arange(n_orders, dtype=np.int64)),
         "merchant": pa.array(names[m_codes], pa.string()),
@@ -92,11 +94,12 @@ def timed(f, runs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--orders", type=int, default=2_000_000)
+    ap.add_argument("--merchants", type=int, default=1000)
     ap.add_argument("--versions", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="DuckDB threads (ubik's join runs on one)")
     args = ap.parse_args()
-    orders, merchants, payments = tables(args.orders, args.versions)
+    orders, merchants, payments = tables(args.orders, args.versions, args.merchants)
     data = {"orders": orders, "merchants": merchants, "payments": payments}
     con = duckdb.connect()
     con.execute(f"SET threads={args.threads}")

@@ -5,8 +5,8 @@
 //! - `encode FILE.arrow SQL`: the same plus canonical JSON encoding.
 //! - `checkpoint KEYS`: snapshot + encode of KEYS open (group, window) keys.
 //! - `nexmark QUERY.sql EVENTS`: a Nexmark query over a stream of EVENTS
-//!   events (all kinds), generated into memory first, then timed through the
-//!   engine alone (one thread) into a sink that counts rows (see [`nexmark`]).
+//!   events (all kinds), the engine alone timed (one thread) into a sink
+//!   that counts rows, with the state's size along the run (see [`nexmark`]).
 //!
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
