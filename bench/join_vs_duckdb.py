@@ -38,7 +38,7 @@ def tables(n_orders, n_versions, merchants=1000, seed=7):
         "amount": pa.array(np.round(rng.random(n_orders) * 500, 2)),
     })
     # Every merchant has a version before the first order, then updates.
-    v_ts = np.concatenate([np.full(merchants, BASE_MS - 1000) + np.arange(merchants),
+    v_ts = np.concatenate([np.full(merchants, BASE_MS - 1000 - merchants) + np.arange(merchants),
                            BASE_MS + np.sort(rng.choice(span, n_versions, replace=False))])
     v_codes = np.concatenate([np.arange(merchants), rng.integers(0, merchants, n_versions)])
     versions = pa.table({

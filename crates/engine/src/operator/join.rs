@@ -22,8 +22,6 @@
 //! matches nothing (a LEFT JOIN pads with nulls), so filtering versions
 //! before picking one cannot resurrect an older version.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -35,6 +33,7 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{EngineError, Result};
 use crate::operator::eval::{eval_array, eval_predicate};
+use crate::operator::time_queue::TimeQueue;
 use crate::plan::{JoinKind, JoinPlan};
 use crate::state::StateEntry;
 use crate::state::interner::Interner;
@@ -73,9 +72,9 @@ struct Store {
     /// ones with versions to drop.
     multi: Option<std::collections::BTreeSet<u32>>,
     /// Entries the watermark has not passed yet, by time.
-    unfired: BinaryHeap<Reverse<(i64, u32)>>,
+    unfired: TimeQueue,
     /// Entries by the watermark at which they can be dropped.
-    expiry: BinaryHeap<Reverse<(i64, u32)>>,
+    expiry: TimeQueue,
 }
 
 impl Store {
@@ -91,8 +90,8 @@ impl Store {
             live: 0,
             by_key: Vec::new(),
             multi: versioned.then(std::collections::BTreeSet::new),
-            unfired: BinaryHeap::new(),
-            expiry: BinaryHeap::new(),
+            unfired: TimeQueue::default(),
+            expiry: TimeQueue::default(),
         }
     }
 
@@ -122,42 +121,34 @@ impl Store {
                     multi.insert(k);
                 }
             }
-            self.unfired.push(Reverse((t, e)));
+            self.unfired.push(t, e);
             if let Some(x) = expiry {
-                self.expiry.push(Reverse((x[i], e)));
+                self.expiry.push(x[i], e);
             }
         }
         self.live += times.len();
         self.batches.push(rows);
     }
 
-    fn kill(&mut self, e: u32) {
-        if std::mem::replace(&mut self.alive[e as usize], false) {
-            self.live -= 1;
-        }
-    }
-
     /// Entries whose time the watermark has now passed (is above), in time order.
     fn take_fresh(&mut self, watermark: i64) -> Vec<u32> {
         let mut fresh = Vec::new();
-        while let Some(&Reverse((t, e))) = self.unfired.peek() {
-            if t >= watermark {
-                break;
-            }
-            self.unfired.pop();
-            fresh.push(e);
-        }
+        self.unfired.pop_before(watermark, |_, e| fresh.push(e));
         fresh
     }
 
     fn expire(&mut self, watermark: i64) {
-        while let Some(&Reverse((t, e))) = self.expiry.peek() {
-            if t >= watermark {
-                break;
+        let Store {
+            expiry,
+            alive,
+            live,
+            ..
+        } = self;
+        expiry.pop_before(watermark, |_, e| {
+            if std::mem::replace(&mut alive[e as usize], false) {
+                *live -= 1;
             }
-            self.expiry.pop();
-            self.kill(e);
-        }
+        });
     }
 
     /// The alive rows, in arrival order, as one batch.
@@ -204,27 +195,16 @@ impl Store {
         let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
         let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
         let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
-        let unfired: Vec<(i64, u32)> = self
-            .unfired
-            .drain()
-            .filter_map(|Reverse((t, e))| {
-                let n = renumber[e as usize];
-                (n != u32::MAX).then_some((t, n))
-            })
-            .collect();
-        let expiry: Vec<(i64, u32)> = self
-            .expiry
-            .drain()
-            .filter_map(|Reverse((t, e))| {
-                let n = renumber[e as usize];
-                (n != u32::MAX).then_some((t, n))
-            })
-            .collect();
+        let mut unfired = std::mem::take(&mut self.unfired);
+        let mut expiry = std::mem::take(&mut self.expiry);
+        let kept = |e: u32| Some(renumber[e as usize]).filter(|&n| n != u32::MAX);
+        unfired.renumber(kept);
+        expiry.renumber(kept);
         let schema = Arc::clone(&self.schema);
         *self = Store::new(schema, self.multi.is_some());
         self.push(rows, &times, &keys, Some(&present), None);
-        self.unfired = unfired.into_iter().map(Reverse).collect();
-        self.expiry = expiry.into_iter().map(Reverse).collect();
+        self.unfired = unfired;
+        self.expiry = expiry;
         Ok(())
     }
 

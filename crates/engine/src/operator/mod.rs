@@ -6,6 +6,7 @@ pub mod emit;
 pub mod eval;
 pub mod join;
 pub mod session;
+pub mod time_queue;
 
 pub mod window;
 
