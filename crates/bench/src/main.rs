@@ -13,6 +13,12 @@
 //! Prints one JSON line of measurements.
 
 mod kafka;
+
+/// mimalloc keeps freed batch buffers for the next batch instead of returning them to
+/// the kernel and paying for fresh zeroed pages.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod nexmark;
 
 use std::fs::File;

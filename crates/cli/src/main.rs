@@ -1,6 +1,12 @@
 //! The `ubik` command.
 
 mod args;
+
+/// mimalloc keeps freed batch buffers for the next batch instead of returning them to
+/// the kernel and paying for fresh zeroed pages.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod metrics;
 mod pipeline_file;
 mod progress;

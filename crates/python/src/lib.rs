@@ -4,6 +4,12 @@
 //! with the GIL released.
 
 mod errors;
+
+/// mimalloc keeps freed batch buffers for the next batch instead of returning them to
+/// the kernel and paying for fresh zeroed pages.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod options;
 mod session;
 

@@ -214,6 +214,29 @@ impl Store {
             .map(|b| b.get_array_memory_size())
             .sum::<usize>()
             + self.at.len() * 33
+            + self.by_key.len() * std::mem::size_of::<Vec<u32>>()
+    }
+
+    /// Gives the alive entries their keys' new ids (`renumber[old]`); dead
+    /// entries, never read again, lose theirs.
+    fn rekey(&mut self, renumber: &[u32]) {
+        let kept = renumber.iter().filter(|&&n| n != NULL_KEY).count();
+        let mut by_key: Vec<Vec<u32>> = vec![Vec::new(); kept];
+        for (e, k) in self.keys.iter_mut().enumerate() {
+            *k = match (*k, self.alive[e]) {
+                (old, true) if old != NULL_KEY => renumber[old as usize],
+                _ => NULL_KEY,
+            };
+            if *k != NULL_KEY {
+                by_key[*k as usize].push(e as u32);
+            }
+        }
+        if let Some(multi) = self.multi.as_mut() {
+            *multi = (0..by_key.len() as u32)
+                .filter(|&k| by_key[k as usize].len() > 1)
+                .collect();
+        }
+        self.by_key = by_key;
     }
 }
 
@@ -334,7 +357,40 @@ impl JoinOperator {
         for s in &mut self.stores {
             s.compact()?;
         }
+        self.compact_keys()?;
         Ok(out)
+    }
+
+    /// Forgets the join keys no stored row holds any more, when they are
+    /// most of the interned ones: a stream's keys come and go (Nexmark q7
+    /// joins on prices), and the interner would otherwise grow forever.
+    fn compact_keys(&mut self) -> Result<()> {
+        let live: usize = self.stores.iter().map(|s| s.live).sum();
+        let interned = self.interner.len();
+        if interned < 4096 || interned < 2 * live {
+            return Ok(());
+        }
+        // Keys still held, numbered anew in order of first holder.
+        let mut renumber = vec![NULL_KEY; interned];
+        let mut kept: Vec<usize> = Vec::new();
+        for store in &self.stores {
+            for (e, &k) in store.keys.iter().enumerate() {
+                if store.alive[e] && k != NULL_KEY && renumber[k as usize] == NULL_KEY {
+                    renumber[k as usize] = kept.len() as u32;
+                    kept.push(k as usize);
+                }
+            }
+        }
+        let values = self.interner.keys(&kept)?;
+        let mut fresh = Interner::new(self.interner.fields())?;
+        let mut groups = Vec::with_capacity(kept.len());
+        fresh.intern(&values, kept.len(), &mut groups)?;
+        debug_assert!(groups.iter().enumerate().all(|(i, &g)| i == g));
+        self.interner = fresh;
+        for store in &mut self.stores {
+            store.rekey(&renumber);
+        }
+        Ok(())
     }
 
     /// Pairs as (left entry, right entry, completion).
@@ -500,6 +556,39 @@ impl JoinOperator {
                 return Ok(None);
             }
         }
+        let order = self.emission_order(&rows, &completion)?;
+        let rows = take_record_batch(&rows, &UInt32Array::from(order.clone()))?;
+        let completion = order.iter().map(|&i| completion[i as usize]).collect();
+        Ok(Some(Joined { rows, completion }))
+    }
+
+    /// The order rows are emitted in: by completion time, rows completing
+    /// at the same time by their bytes (only those rows are converted).
+    fn emission_order(&self, rows: &RecordBatch, completion: &[i64]) -> Result<Vec<u32>> {
+        let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+        order.sort_by_key(|&i| completion[i as usize]);
+        let mut runs = Vec::new();
+        let mut start = 0;
+        while start < order.len() {
+            let t = completion[order[start] as usize];
+            let end = start
+                + order[start..]
+                    .iter()
+                    .take_while(|&&i| completion[i as usize] == t)
+                    .count();
+            if end - start > 1 {
+                runs.push(start..end);
+            }
+            start = end;
+        }
+        if runs.is_empty() {
+            return Ok(order);
+        }
+        let tied: Vec<u32> = runs
+            .iter()
+            .flat_map(|r| order[r.clone()].to_vec())
+            .collect();
+        let tied_rows = take_record_batch(rows, &UInt32Array::from(tied.clone()))?;
         let converter = RowConverter::new(
             self.schema
                 .fields()
@@ -507,16 +596,17 @@ impl JoinOperator {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
-        let bytes = converter.convert_columns(rows.columns())?;
-        let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
-        order.sort_unstable_by(|&a, &b| {
-            completion[a as usize]
-                .cmp(&completion[b as usize])
-                .then_with(|| bytes.row(a as usize).cmp(&bytes.row(b as usize)))
-        });
-        let rows = take_record_batch(&rows, &UInt32Array::from(order.clone()))?;
-        let completion = order.iter().map(|&i| completion[i as usize]).collect();
-        Ok(Some(Joined { rows, completion }))
+        let bytes = converter.convert_columns(tied_rows.columns())?;
+        let mut first = 0;
+        for run in runs {
+            let mut slots: Vec<usize> = (first..first + run.len()).collect();
+            slots.sort_unstable_by(|&a, &b| bytes.row(a).cmp(&bytes.row(b)));
+            for (k, slot) in slots.into_iter().enumerate() {
+                order[run.start + k] = tied[slot];
+            }
+            first += run.len();
+        }
+        Ok(order)
     }
 
     /// Both sides' stored rows, each with its event time.

@@ -1,0 +1,81 @@
+//! A join's state stays bounded by the watermark even when every row
+//! brings a new key (Nexmark q7 joins on prices): rows expire, and so do
+//! the keys no row holds any more.
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use ubik_engine::progress::partition_id;
+use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
+
+fn schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]))
+}
+
+/// Rows `from..to`: key i at i milliseconds.
+fn rows(from: i64, to: i64) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(from..to)),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values((from..to).map(|i| i * 1000))
+                    .with_timezone("UTC"),
+            ),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn ever_new_keys_keep_an_interval_join_state_flat() {
+    let catalog = Catalog::new()
+        .with_table("a", schema())
+        .with_table("b", schema());
+    let sql = "SELECT a.k FROM a JOIN b ON a.k = b.k \
+               AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '1' SECOND";
+    let options = QueryOptions {
+        lateness_us: 0,
+        ..QueryOptions::default()
+    };
+    let plan = plan_query(sql, &catalog, options).unwrap();
+    let (pa, pb) = (
+        partition_id(plan.source_index("a").unwrap(), 0),
+        partition_id(plan.source_index("b").unwrap(), 0),
+    );
+    let mut query = Query::new(plan).unwrap();
+    query.add_partition(pa);
+    query.add_partition(pb);
+    let mut out = Output::default();
+    let mut joined = 0usize;
+    let mut sizes = Vec::new();
+    let step = 1000;
+    for from in (0..400_000).step_by(step) {
+        let batch = rows(from, from + step as i64);
+        query.process(pb, &batch, &mut out).unwrap();
+        query.process(pa, &batch, &mut out).unwrap();
+        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+        out.clear();
+        sizes.push(query.state_size());
+    }
+    query.finish(&mut out).unwrap();
+    joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+    assert_eq!(
+        joined, 400_000,
+        "each row of a meets the row of b with its key"
+    );
+    let early = *sizes[20..40].iter().max().unwrap();
+    let late = *sizes[360..].iter().max().unwrap();
+    assert!(
+        late <= early * 2,
+        "the state grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
+    );
+}
