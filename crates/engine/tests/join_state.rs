@@ -20,12 +20,14 @@ fn schema() -> Arc<Schema> {
     ]))
 }
 
-/// Rows `from..to`: key i at i milliseconds.
-fn rows(from: i64, to: i64) -> RecordBatch {
+/// Rows `from..to`: key i (mod `keys`, when given) at i milliseconds.
+fn rows(from: i64, to: i64, keys: Option<i64>) -> RecordBatch {
     RecordBatch::try_new(
         schema(),
         vec![
-            Arc::new(Int64Array::from_iter_values(from..to)),
+            Arc::new(Int64Array::from_iter_values(
+                (from..to).map(|i| keys.map_or(i, |n| i % n)),
+            )),
             Arc::new(
                 TimestampMicrosecondArray::from_iter_values((from..to).map(|i| i * 1000))
                     .with_timezone("UTC"),
@@ -59,7 +61,7 @@ fn ever_new_keys_keep_an_interval_join_state_flat() {
     let mut sizes = Vec::new();
     let step = 1000;
     for from in (0..400_000).step_by(step) {
-        let batch = rows(from, from + step as i64);
+        let batch = rows(from, from + step as i64, None);
         query.process(pb, &batch, &mut out).unwrap();
         query.process(pa, &batch, &mut out).unwrap();
         joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
@@ -77,5 +79,47 @@ fn ever_new_keys_keep_an_interval_join_state_flat() {
     assert!(
         late <= early * 2,
         "the state grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
+    );
+}
+
+#[test]
+fn a_versioned_table_keeps_only_the_versions_the_watermark_needs() {
+    let catalog = Catalog::new()
+        .with_table("s", schema())
+        .with_table("t", schema());
+    let sql = "SELECT s.k FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts AS v ON s.k = v.k";
+    let options = QueryOptions {
+        lateness_us: 0,
+        ..QueryOptions::default()
+    };
+    let plan = plan_query(sql, &catalog, options).unwrap();
+    let (ps, pt) = (
+        partition_id(plan.source_index("s").unwrap(), 0),
+        partition_id(plan.source_index("t").unwrap(), 0),
+    );
+    let mut query = Query::new(plan).unwrap();
+    query.add_partition(ps);
+    query.add_partition(pt);
+    let mut out = Output::default();
+    let mut joined = 0usize;
+    let mut sizes = Vec::new();
+    let step = 1000;
+    // 100 keys, each updated every 100 ms, for 400 seconds.
+    for from in (0..400_000).step_by(step) {
+        let batch = rows(from, from + step as i64, Some(100));
+        query.process(pt, &batch, &mut out).unwrap();
+        query.process(ps, &batch, &mut out).unwrap();
+        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+        out.clear();
+        sizes.push(query.state_size());
+    }
+    query.finish(&mut out).unwrap();
+    joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+    assert_eq!(joined, 400_000, "each stream row meets its key's version");
+    let early = *sizes[20..40].iter().max().unwrap();
+    let late = *sizes[360..].iter().max().unwrap();
+    assert!(
+        late <= early * 2,
+        "the versions grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
     );
 }

@@ -68,9 +68,12 @@ struct Store {
     live: usize,
     /// Entries by key id (ids are dense).
     by_key: Vec<Vec<u32>>,
-    /// For a versioned table: keys holding more than one row, the only
-    /// ones with versions to drop.
-    multi: Option<std::collections::BTreeSet<u32>>,
+    /// A versioned table: per key, versions the watermark has replaced are dropped.
+    versioned: bool,
+    /// For a versioned table: (a version's time, its key) for keys holding
+    /// more than one version; once the watermark passes that time, the key
+    /// may hold a replaced version. Only those keys are visited.
+    supersede: TimeQueue,
     /// Entries the watermark has not passed yet, by time.
     unfired: TimeQueue,
     /// Entries by the watermark at which they can be dropped.
@@ -89,7 +92,8 @@ impl Store {
             present: Vec::new(),
             live: 0,
             by_key: Vec::new(),
-            multi: versioned.then(std::collections::BTreeSet::new),
+            versioned,
+            supersede: TimeQueue::default(),
             unfired: TimeQueue::default(),
             expiry: TimeQueue::default(),
         }
@@ -117,8 +121,12 @@ impl Store {
                 }
                 let list = &mut self.by_key[k as usize];
                 list.push(e);
-                if let Some(multi) = self.multi.as_mut().filter(|_| list.len() > 1) {
-                    multi.insert(k);
+                if self.versioned && list.len() > 1 {
+                    if list.len() == 2 {
+                        let first = list[0] as usize;
+                        self.supersede.push(self.times[first], k);
+                    }
+                    self.supersede.push(t, k);
                 }
             }
             self.unfired.push(t, e);
@@ -201,7 +209,7 @@ impl Store {
         unfired.renumber(kept);
         expiry.renumber(kept);
         let schema = Arc::clone(&self.schema);
-        *self = Store::new(schema, self.multi.is_some());
+        *self = Store::new(schema, self.versioned);
         self.push(rows, &times, &keys, Some(&present), None);
         self.unfired = unfired;
         self.expiry = expiry;
@@ -231,10 +239,15 @@ impl Store {
                 by_key[*k as usize].push(e as u32);
             }
         }
-        if let Some(multi) = self.multi.as_mut() {
-            *multi = (0..by_key.len() as u32)
-                .filter(|&k| by_key[k as usize].len() > 1)
-                .collect();
+        // Keys are renumbered: every key with several versions is visited
+        // at the next firing.
+        self.supersede = TimeQueue::default();
+        if self.versioned {
+            for (k, list) in by_key.iter().enumerate() {
+                if list.len() > 1 {
+                    self.supersede.push(i64::MIN, k as u32);
+                }
+            }
         }
         self.by_key = by_key;
     }
@@ -457,17 +470,21 @@ impl JoinOperator {
     fn drop_old_versions(&mut self, table: usize, wm: i64) {
         let Store {
             by_key,
-            multi,
+            versioned,
+            supersede,
             alive,
             times,
             live,
             ..
         } = &mut self.stores[table];
-        let Some(multi) = multi.as_mut() else {
+        if !*versioned {
             return;
-        };
-        let mut single = Vec::new();
-        for &k in multi.iter() {
+        }
+        let mut due = Vec::new();
+        supersede.pop_before(wm, |_, k| due.push(k));
+        due.sort_unstable();
+        due.dedup();
+        for k in due {
             let Some(list) = by_key.get_mut(k as usize) else {
                 continue;
             };
@@ -496,12 +513,6 @@ impl JoinOperator {
             if dropped {
                 list.retain(|&v| alive[v as usize]);
             }
-            if list.len() < 2 {
-                single.push(k);
-            }
-        }
-        for k in single {
-            multi.remove(&k);
         }
     }
 
