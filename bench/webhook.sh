@@ -34,16 +34,20 @@ flag=(); [ "$PROFILE" = release ] && flag=(--release)
 out=$([ "$PROFILE" = release ] && echo release || echo debug)
 
 # Both builds share the target directory (dependencies compile once); each
-# binary is copied out before the other is built.
+# binary is copied out before the other is built. The current tree builds
+# first: the workspace's own crates get the same artifact names in both
+# trees, and the baseline's, built last, are seen as stale (their sources
+# are gone) by the next build here, while the other order would let this
+# tree's build take the baseline's artifacts for fresh.
 builds=()
+CARGO_TARGET_DIR=$TARGET cargo build "${flag[@]}" --quiet -p ubik-cli
+cp "$TARGET/$out/ubik" "$DIR/ubik-new"
 if [ "$BASE" != none ]; then
   git worktree add --detach "$DIR/base-src" "$BASE" >/dev/null 2>&1
   (cd "$DIR/base-src" && CARGO_TARGET_DIR=$TARGET cargo build "${flag[@]}" --quiet -p ubik-cli)
   cp "$TARGET/$out/ubik" "$DIR/ubik-base"
   builds+=(base)
 fi
-CARGO_TARGET_DIR=$TARGET cargo build "${flag[@]}" --quiet -p ubik-cli
-cp "$TARGET/$out/ubik" "$DIR/ubik-new"
 builds+=(new)
 
 SCHEMA="id VARCHAR, type VARCHAR, ts TIMESTAMP, amount BIGINT, currency VARCHAR"
