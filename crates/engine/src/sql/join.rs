@@ -358,13 +358,7 @@ fn single_timestamp(schema: &DFSchema, name: Option<&str>) -> Option<usize> {
     {
         return Some(i);
     }
-    let ts: Vec<usize> = fields
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
-        .map(|(i, _)| i)
-        .collect();
-    (ts.len() == 1).then(|| ts[0])
+    super::planner::only_timestamp(fields)
 }
 
 /// `column + offset` (µs) for a column plus or minus constant intervals.

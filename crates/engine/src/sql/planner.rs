@@ -465,16 +465,7 @@ impl Lowering {
                 }
                 Some(i)
             }
-            None => {
-                let ts: Vec<usize> = arrow
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
-                    .map(|(i, _)| i)
-                    .collect();
-                (ts.len() == 1).then(|| ts[0])
-            }
+            None => only_timestamp(arrow.fields()),
         };
         match column {
             Some(i) => {
@@ -885,4 +876,17 @@ fn key_columns(
         ));
     }
     Ok(key_columns)
+}
+
+/// The index of the only TIMESTAMP column of `fields`, if there is exactly one.
+pub(super) fn only_timestamp(fields: &arrow::datatypes::Fields) -> Option<usize> {
+    let mut ts = fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
+        .map(|(i, _)| i);
+    match (ts.next(), ts.next()) {
+        (Some(i), None) => Some(i),
+        _ => None,
+    }
 }
