@@ -36,10 +36,12 @@ out=$([ "$PROFILE" = release ] && echo release || echo debug)
 # Both builds share the target directory (dependencies compile once); each
 # binary is copied out before the other is built. The current tree builds
 # first: the workspace's own crates get the same artifact names in both
-# trees, and the baseline's, built last, are seen as stale (their sources
-# are gone) by the next build here, while the other order would let this
-# tree's build take the baseline's artifacts for fresh.
+# trees, and cargo judges a path crate by source mtimes, so a baseline
+# artifact newer than this tree's sources would be taken for fresh.
 builds=()
+# Touched, this tree's crates are newer than any baseline artifact left in
+# the shared target directory by an earlier run.
+find crates -name '*.rs' -exec touch {} +
 CARGO_TARGET_DIR=$TARGET cargo build "${flag[@]}" --quiet -p ubik-cli
 cp "$TARGET/$out/ubik" "$DIR/ubik-new"
 if [ "$BASE" != none ]; then

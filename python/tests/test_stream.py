@@ -1,4 +1,6 @@
 """stream(...).arrow() against DuckDB one-shot; in-process Arrow inputs; files."""
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -99,3 +101,47 @@ def test_big_batches_on_several_threads_equal_one_thread_and_duckdb():
                            threads=threads, batch_size=batch_size).arrow()
         assert many.equals(one), (threads, batch_size)
     assert_same(one, duck(oracle, table), key)
+
+
+def test_dead_letters_reach_the_host(tmp_path):
+    """on_dead_letter receives each record set aside, with its bytes, reason
+    and position; the good records are counted as usual."""
+    rows = events(300, keys=3, step_ms=1000, disorder_ms=0, seed=4, nulls=False)
+    path = write_jsonl(tmp_path / "orders.jsonl", rows)
+    lines = open(path).read().splitlines()
+    lines.insert(10, '{"merchant": "m001", "ts": "not a time", "amount": 1.5}')
+    lines.insert(50, "not json at all")
+    open(path, "w").write("\n".join(lines) + "\n")
+    letters = []
+    got = ubik.stream(CASES[0][0], from_=f"file://{path}", schema=SCHEMA, on_error="dlq",
+                      on_dead_letter=letters.append).arrow()
+    assert [(d.reason, d.position, d.position_name) for d in letters] == [("decode", 11, "line"), ("decode", 51, "line")]
+    assert letters[1].record == b"not json at all" and letters[0].source == f"file://{path}"
+    assert "not a time" in letters[0].record.decode()
+    assert_same(got, duck(CASES[0][1], to_table(rows)), ["merchant", "w"])
+
+
+def test_a_failing_dead_letter_callback_stops_the_stream(tmp_path):
+    path = write_jsonl(tmp_path / "orders.jsonl", events(50, nulls=False))
+    with open(path, "a") as f:
+        f.write("not json\n")
+
+    def refuse(letter):
+        raise RuntimeError(f"refused {letter.reason}")
+
+    with pytest.raises(RuntimeError, match="refused decode"):
+        ubik.stream(CASES[0][0], from_=f"file://{path}", schema=SCHEMA, on_error="dlq", on_dead_letter=refuse).arrow()
+
+
+def test_inferred_numbers_are_double_so_a_later_fraction_decodes(tmp_path):
+    """Without schema=, a sample whose amounts are all whole must not fix
+    an integer column that a later 128.5 cannot enter."""
+    path = tmp_path / "orders.jsonl"
+    with open(path, "w") as f:
+        for i in range(2000):
+            amount = 128 if i < 1500 else 128.5
+            f.write(json.dumps({"merchant": "m", "ts": f"2024-01-01T00:{i // 60:02d}:{i % 60:02d}Z", "amount": amount}) + "\n")
+    s = ubik.stream(CASES[0][0], from_=f"file://{path}")
+    assert s.schema.field("total").type == pa.float64()
+    got = s.arrow()
+    assert sum(got.column("total").to_pylist()) == 1500 * 128 + 500 * 128.5

@@ -58,13 +58,14 @@ def event(i, kind="charge"):
 
 @pytest.fixture
 def endpoint(tmp_path):
-    """A stream over a webhook endpoint (not iterated: the buffer only fills)."""
+    """A pipeline serving a webhook endpoint (not iterated: the buffer only fills)."""
     made = []
 
     def make(options="", auth_env=None):
         port = free_port()
-        url = f"webhook://127.0.0.1:{port}/hooks?buffer={tmp_path / ('buf%d' % len(made))}{options}"
-        s = ubik.stream("SELECT * FROM hooks", from_=url, schema=SCHEMA)
+        n = len(made)
+        url = f"webhook://127.0.0.1:{port}/hooks?buffer={tmp_path / ('buf%d' % n)}{options}"
+        s = ubik.pipeline("SELECT * FROM hooks", from_=url, schema=SCHEMA, checkpoint=str(tmp_path / f"ck{n}"))
         made.append(s)
         wait_up(port)
         return port, s
@@ -224,3 +225,21 @@ def test_kill_9_while_clients_post_loses_no_acknowledged_event(tmp_path):
     missing = acked - seen.keys()
     assert not missing, f"{len(missing)} acknowledged events lost, e.g. {sorted(missing)[:5]}"
     assert all(len(v) == 1 for v in seen.values()), "an event was emitted twice with different bytes"
+
+
+def test_stream_is_one_shot_over_what_the_buffer_holds(tmp_path):
+    """stream() on a webhook URL serves nothing: it reads the events a
+    pipeline accepted into its buffer and did not process, then ends."""
+    port = free_port()
+    url = f"webhook://127.0.0.1:{port}/hooks?buffer={tmp_path / 'buf'}"
+    q = "SELECT kind, count(*) AS n FROM hooks GROUP BY kind"
+    with ubik.pipeline(q, from_=url, schema=SCHEMA, checkpoint=str(tmp_path / "ck")):
+        wait_up(port)
+        body = "\n".join(json.dumps(event(i, "charge" if i % 3 else "refund")) for i in range(30))
+        assert post(port, body, {"Content-Type": "application/x-ndjson"})[0] == 200
+    # The same query's pipeline identity owns the buffer; a one-shot run of
+    # it reads the 30 acknowledged events and returns, binding no port.
+    got = ubik.stream(q, from_=url, schema=SCHEMA).arrow().to_pylist()
+    assert sorted((r["kind"], r["n"]) for r in got) == [("charge", 20), ("refund", 10)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free: the one-shot run served nothing

@@ -212,8 +212,12 @@ fn check_unique(fields: &[Field]) -> Result<()> {
 }
 
 /// Infers a schema from sample records (JSON objects). Strings that are all
-/// RFC 3339 date-times become timestamps; numbers that mix ints and floats
-/// become DOUBLE.
+/// RFC 3339 date-times become timestamps. Every JSON number becomes DOUBLE,
+/// integers too: JSON has one number type, and a sample whose amounts
+/// happen to be whole (`128`) must not fix a BIGINT column that a later
+/// `128.5` could not be decoded into, after the first results (and a lake
+/// table's column types) were already published. Declare BIGINT where
+/// integers are meant (ids, counts).
 pub fn infer_schema(records: &[&[u8]]) -> Result<SchemaRef> {
     let mut values = Vec::with_capacity(records.len());
     for (i, r) in records.iter().enumerate() {
@@ -244,6 +248,7 @@ pub fn infer_schema(records: &[&[u8]]) -> Result<SchemaRef> {
         .map(|f| {
             let dt = match f.data_type() {
                 DataType::Utf8 if all_timestamps(&values, f.name()) => timestamp_type(),
+                DataType::Int64 => DataType::Float64,
                 other => other.clone(),
             };
             Field::new(f.name(), dt, true)
@@ -325,5 +330,11 @@ mod tests {
             &DataType::Float64
         );
         assert_eq!(s.field_with_name("m").unwrap().data_type(), &DataType::Utf8);
+        // Whole numbers in the sample still make DOUBLE: a later 128.5 decodes.
+        let whole: Vec<&[u8]> = vec![br#"{"amount":128}"#, br#"{"amount":7}"#];
+        assert_eq!(
+            infer_schema(&whole).unwrap().field(0).data_type(),
+            &DataType::Float64
+        );
     }
 }

@@ -10,8 +10,9 @@ use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use ubik_runtime::connect::{plan, table_name};
+use ubik_runtime::dead_letter::CollectedDeadLetters;
 use ubik_runtime::host::{HostPipeline, host_schema};
-use ubik_runtime::{Endpoint, PipelineSpec, SourceSpec};
+use ubik_runtime::{DeadLetterSpec, Endpoint, PipelineSpec, SourceSpec};
 
 use crate::errors::{SchemaError, SourceError, to_py};
 use crate::options::{host_options, resolve_schema, schema_of, settings};
@@ -85,6 +86,8 @@ fn single_table(sql: &str) -> Option<String> {
 #[pyclass(module = "ubik._ubik")]
 pub struct Session {
     host: Mutex<Option<HostPipeline>>,
+    /// Dead letters go to this callable (else to stderr as JSON lines).
+    dead_letters: Option<(CollectedDeadLetters, Py<PyAny>)>,
 }
 
 /// The open pipeline of a session.
@@ -95,6 +98,37 @@ fn open<'a>(guard: &'a mut MutexGuard<'_, Option<HostPipeline>>) -> PyResult<&'a
 }
 
 impl Session {
+    /// Hands the dead letters written since the last call to the callback,
+    /// with no lock held (the callback may call back into the session).
+    fn deliver_dead_letters(&self, py: Python<'_>) -> PyResult<()> {
+        let Some((queue, callback)) = &self.dead_letters else {
+            return Ok(());
+        };
+        let mut letters = queue.take().into_iter();
+        while let Some(l) = letters.next() {
+            let (position, counts) = l.position.clone().unzip();
+            let record = l
+                .record
+                .as_deref()
+                .map(|r| pyo3::types::PyBytes::new(py, r));
+            let args = (
+                &l.reason,
+                &l.message,
+                &l.source,
+                l.partition,
+                position,
+                counts,
+                record,
+            );
+            if let Err(e) = callback.call1(py, args) {
+                // Not taken: this one and the rest come first next time.
+                queue.put_back(std::iter::once(l).chain(letters).collect());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> PyResult<MutexGuard<'_, Option<HostPipeline>>> {
         self.host.lock().map_err(|_| {
             SourceError::new_err("a previous call failed inside the pipeline; open a new one")
@@ -106,9 +140,13 @@ impl Session {
 impl Session {
     /// `source` is a URL (kafka://, webhook://, file://, -, demo://) or an
     /// object exporting an Arrow stream (`__arrow_c_stream__`, e.g. a
-    /// `pyarrow.RecordBatchReader`).
+    /// `pyarrow.RecordBatchReader`). `one_shot`: Kafka topics and webhook
+    /// buffers without `end=` end where they stand at open (`stream()`).
+    /// `on_dead_letter` is called with (reason, message, source, partition,
+    /// position, what the position counts, original bytes) for each record
+    /// set aside.
     #[new]
-    #[pyo3(signature = (sql, source, schema=None, table=None, checkpoint=None, options=None, host=None, kafka=None))]
+    #[pyo3(signature = (sql, source, schema=None, table=None, checkpoint=None, options=None, host=None, kafka=None, one_shot=false, on_dead_letter=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -120,8 +158,10 @@ impl Session {
         options: Option<&Bound<'_, PyDict>>,
         host: Option<&Bound<'_, PyDict>>,
         kafka: Option<&Bound<'_, PyDict>>,
+        one_shot: bool,
+        on_dead_letter: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let sources = match source.cast::<PyDict>() {
+        let mut sources = match source.cast::<PyDict>() {
             // Several named sources: from_={"orders": ..., "merchants": ...}.
             Ok(named) => {
                 if table.is_some() {
@@ -158,10 +198,20 @@ impl Session {
                 vec![spec]
             }
         };
+        if one_shot {
+            for source in &mut sources {
+                source.endpoint.bound_at_open().map_err(|e| to_py(py, e))?;
+            }
+        }
         let mut spec = PipelineSpec::new(sql, SourceSpec::new(Endpoint::Stdin));
         spec.sources = sources;
         spec.settings = settings(options)?;
         spec.checkpoint = checkpoint;
+        let dead_letters =
+            on_dead_letter.map(|callback| (CollectedDeadLetters::default(), callback));
+        if let Some((queue, _)) = &dead_letters {
+            spec.dead_letters = DeadLetterSpec::Provided(Box::new(queue.clone()));
+        }
         if let Some(k) = kafka {
             for (key, value) in k.iter() {
                 spec.kafka.insert(key.extract()?, value.str()?.to_string());
@@ -173,6 +223,7 @@ impl Session {
             .map_err(|e| to_py(py, e))?;
         Ok(Self {
             host: Mutex::new(Some(host)),
+            dead_letters,
         })
     }
 
@@ -196,10 +247,19 @@ impl Session {
 
     /// The next batch, or None if nothing arrived within `timeout` seconds.
     fn next<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut guard = self.lock()?;
-        let host = open(&mut guard)?;
         let t = Duration::from_secs_f64(timeout.max(0.0));
-        let batch = py.detach(|| host.next_batch(t)).map_err(|e| to_py(py, e))?;
+        let batch = {
+            let mut guard = self.lock()?;
+            let host = open(&mut guard)?;
+            py.detach(|| host.next_batch(t)).map_err(|e| to_py(py, e))?
+        };
+        if let Err(e) = self.deliver_dead_letters(py) {
+            // The batch stays the next one to hand out.
+            if let (Some(b), Ok(mut guard)) = (batch, self.lock()) {
+                open(&mut guard)?.hand_back(b);
+            }
+            return Err(e);
+        }
         batch.map(|b| b.to_pyarrow(py)).transpose()
     }
 
@@ -212,20 +272,25 @@ impl Session {
     /// Runs a bounded input to the end; returns the final result (latest
     /// row per key) as a list of one RecordBatch.
     fn final_batches<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let mut guard = self.lock()?;
         let mut all = Vec::new();
         loop {
-            let host = open(&mut guard)?;
-            let b = py
-                .detach(|| host.next_batch(Duration::from_millis(200)))
-                .map_err(|e| to_py(py, e))?;
-            match b {
+            let (batch, finished) = {
+                let mut guard = self.lock()?;
+                let host = open(&mut guard)?;
+                let b = py
+                    .detach(|| host.next_batch(Duration::from_millis(200)))
+                    .map_err(|e| to_py(py, e))?;
+                (b, host.is_finished())
+            };
+            self.deliver_dead_letters(py)?;
+            match batch {
                 Some(b) => all.push(b),
-                None if host.is_finished() => break,
+                None if finished => break,
                 None => {}
             }
             py.check_signals()?;
         }
+        let mut guard = self.lock()?;
         let host = open(&mut guard)?;
         let folded = py
             .detach(move || {

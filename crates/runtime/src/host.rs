@@ -7,10 +7,11 @@
 //! coalesced into right-sized batches (max rows, max bytes, max interval),
 //! compacted to the last row per key (a lake MERGE refuses a source batch
 //! that matches a target row twice), and spilled to Arrow IPC on disk while
-//! they accumulate past a memory bound.
+//! they accumulate past a memory bound; a spilled batch is handed out in
+//! the pieces it was spilled in (see [`crate::spill`]).
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufReader, BufWriter};
+use std::collections::VecDeque;
+use std::io::BufWriter;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,14 +19,13 @@ use std::time::{Duration, Instant};
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
-use arrow_row::{RowConverter, SortField};
 use ubik_engine::{ChangeBatch, Output};
 
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Step};
 use crate::spec::PipelineSpec;
+use crate::spill::{SpilledFlush, last_per_key};
 
 pub const DELETED: &str = "_deleted";
 
@@ -80,13 +80,20 @@ struct Accumulator {
     since: Option<Instant>,
 }
 
+/// Output produced and not handed out yet.
+enum Ready {
+    Batch(RecordBatch),
+    /// A flush that outgrew memory, handed out piece by piece.
+    Spilled(Box<SpilledFlush>),
+}
+
 pub struct HostPipeline {
     pipeline: Pipeline,
     options: HostOptions,
     schema: SchemaRef,
     key_columns: Vec<usize>,
-    /// Batches produced and not yet handed out.
-    ready: VecDeque<RecordBatch>,
+    /// Output produced and not yet handed out.
+    ready: VecDeque<Ready>,
     acc: Accumulator,
     spill_seq: u64,
     out: Output,
@@ -125,7 +132,7 @@ impl HostPipeline {
         // Output saved with the checkpoint comes first, as it was.
         for c in host.pipeline.take_restored() {
             let b = host.host_batch(&c)?;
-            host.ready.push_back(b);
+            host.ready.push_back(Ready::Batch(b));
         }
         Ok(host)
     }
@@ -160,12 +167,12 @@ impl HostPipeline {
     pub fn next_batch(&mut self, timeout: Duration) -> Result<Option<RecordBatch>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(b) = self.ready.pop_front() {
+            if let Some(b) = self.pop_ready()? {
                 return Ok(Some(b));
             }
             if self.pipeline.is_finished() {
                 self.flush()?;
-                return Ok(self.ready.pop_front());
+                return self.pop_ready();
             }
             self.out.clear();
             let step = self.pipeline.step(&mut self.out)?;
@@ -177,7 +184,7 @@ impl HostPipeline {
                 if self.options.coalesces() {
                     self.accumulate(b)?;
                 } else if b.num_rows() > 0 {
-                    self.ready.push_back(b);
+                    self.ready.push_back(Ready::Batch(b));
                 }
             }
             if self.options.coalesces() && self.due() {
@@ -191,6 +198,30 @@ impl HostPipeline {
                 return Ok(None);
             }
         }
+    }
+
+    /// The next batch or piece produced, if any.
+    fn pop_ready(&mut self) -> Result<Option<RecordBatch>> {
+        while let Some(front) = self.ready.front_mut() {
+            match front {
+                Ready::Spilled(flush) => match flush.next_piece()? {
+                    Some(piece) => return Ok(Some(piece)),
+                    None => drop(self.ready.pop_front()),
+                },
+                Ready::Batch(_) => {
+                    if let Some(Ready::Batch(b)) = self.ready.pop_front() {
+                        return Ok(Some(b));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Puts a batch [`Self::next_batch`] returned back in front, when the
+    /// host could not take it after all.
+    pub fn hand_back(&mut self, batch: RecordBatch) {
+        self.ready.push_front(Ready::Batch(batch));
     }
 
     pub fn is_finished(&self) -> bool {
@@ -249,35 +280,40 @@ impl HostPipeline {
                     .is_some_and(|d| self.acc.since.is_some_and(|s| s.elapsed() >= d)))
     }
 
-    /// Emits the accumulated rows as one batch (compacted if asked).
+    /// Emits the accumulated rows as one batch (compacted if asked), or, if
+    /// they were spilled, as the pieces of the spill file.
     fn flush(&mut self) -> Result<()> {
         if self.acc.rows == 0 {
             return Ok(());
         }
-        let mut batches = std::mem::take(&mut self.acc.memory);
-        if let Some((path, mut w)) = self.acc.spilled.take() {
+        let acc = std::mem::replace(
+            &mut self.acc,
+            Accumulator {
+                memory: Vec::new(),
+                spilled: None,
+                rows: 0,
+                bytes: 0,
+                memory_bytes: 0,
+                since: None,
+            },
+        );
+        let compact = self.options.compact.then_some(self.key_columns.as_slice());
+        if let Some((path, mut w)) = acc.spilled {
+            for b in &acc.memory {
+                w.write(b)?;
+            }
             w.finish()?;
             drop(w);
-            let r = StreamReader::try_new(BufReader::new(std::fs::File::open(&path)?), None)?;
-            let mut spilled = r.collect::<std::result::Result<Vec<_>, _>>()?;
-            spilled.extend(batches);
-            batches = spilled;
-            let _ = std::fs::remove_file(&path);
+            let flush = SpilledFlush::open(path, compact)?;
+            self.ready.push_back(Ready::Spilled(Box::new(flush)));
+            return Ok(());
         }
-        let mut batch = concat_batches(&self.schema, &batches)?;
-        if self.options.compact {
-            batch = last_per_key(&batch, &self.key_columns)?;
+        let mut batch = concat_batches(&self.schema, &acc.memory)?;
+        if let Some(keys) = compact {
+            batch = last_per_key(&batch, keys)?;
         }
-        self.acc = Accumulator {
-            memory: Vec::new(),
-            spilled: None,
-            rows: 0,
-            bytes: 0,
-            memory_bytes: 0,
-            since: None,
-        };
         if batch.num_rows() > 0 {
-            self.ready.push_back(batch);
+            self.ready.push_back(Ready::Batch(batch));
         }
         Ok(())
     }
@@ -285,17 +321,22 @@ impl HostPipeline {
     /// Checkpoints the state as of the last batch handed out; batches
     /// produced but not handed out yet are saved and handed out again after
     /// a resume.
+    ///
+    /// The checkpoint holds that output in memory while it is written: the
+    /// unread pieces of a spilled flush are read back from their file (and
+    /// handed out from memory afterwards).
     pub fn checkpoint(&mut self) -> Result<()> {
-        let mut pending: Vec<ChangeBatch> = Vec::new();
-        let mut held: Vec<RecordBatch> = self.ready.iter().cloned().collect();
-        if self.acc.rows > 0 {
-            // Accumulating rows are handed out later: save them too.
-            self.flush()?;
-            held = self.ready.iter().cloned().collect();
+        // Accumulating rows are handed out later: save them too.
+        self.flush()?;
+        let mut held = Vec::new();
+        while let Some(b) = self.pop_ready()? {
+            held.push(b);
         }
+        let mut pending: Vec<ChangeBatch> = Vec::with_capacity(held.len());
         for b in &held {
             pending.push(self.change_of(b)?);
         }
+        self.ready.extend(held.into_iter().map(Ready::Batch));
         self.pipeline.checkpoint(&pending)
     }
 
@@ -382,33 +423,6 @@ pub fn token_epoch(token: &str, fingerprint: &str) -> Result<u64> {
             "{token:?} is not a ubik position token"
         ))),
     }
-}
-
-/// Rows of `batch` keeping only the last row of each key, in first-seen order.
-fn last_per_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
-    if batch.num_rows() == 0 {
-        return Ok(batch.clone());
-    }
-    let fields: Vec<SortField> = key_columns
-        .iter()
-        .map(|&i| SortField::new(batch.column(i).data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let cols: Vec<ArrayRef> = key_columns
-        .iter()
-        .map(|&i| Arc::clone(batch.column(i)))
-        .collect();
-    let rows = converter.convert_columns(&cols)?;
-    let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(batch.num_rows());
-    let mut order: Vec<&[u8]> = Vec::new();
-    for i in 0..batch.num_rows() {
-        let k = rows.row(i).data();
-        if last.insert(k, i).is_none() {
-            order.push(k);
-        }
-    }
-    let idx = UInt32Array::from_iter_values(order.iter().map(|k| last[k] as u32));
-    Ok(take_record_batch(batch, &idx)?)
 }
 
 fn sort_by_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {

@@ -23,6 +23,7 @@ pub mod record_meta;
 pub mod runner;
 pub mod settings;
 pub mod spec;
+mod spill;
 
 pub use connect::{Opened, open, open_pipeline, validate};
 pub use error::{ErrorClass, Result, RuntimeError};

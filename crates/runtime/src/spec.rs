@@ -116,6 +116,32 @@ impl Endpoint {
         }
     }
 
+    /// Makes an unbounded log source end where it stands when it opens: a
+    /// Kafka topic without `end=` reads to the end offsets taken at start,
+    /// a webhook without `end=` reads what its buffer holds and serves no
+    /// endpoint. This is the one-shot run (Python's `stream()`); an
+    /// explicit `end=` is kept, and other sources are bounded already or
+    /// never (stdin, the demo: their own options decide).
+    pub fn bound_at_open(&mut self) -> Result<()> {
+        let open_ended = match self {
+            Endpoint::Kafka(url) => ubik_kafka::KafkaUrl::parse(url)
+                .map_err(|e| RuntimeError::Config(e.to_string()))?
+                .end
+                .is_none(),
+            Endpoint::Webhook(url) => {
+                !ubik_webhook::WebhookConfig::parse(url)
+                    .map_err(|e| RuntimeError::Config(e.to_string()))?
+                    .ends
+            }
+            _ => false,
+        };
+        if let (true, Endpoint::Kafka(url) | Endpoint::Webhook(url)) = (open_ended, self) {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str("end=latest");
+        }
+        Ok(())
+    }
+
     /// The table name the endpoint itself suggests: a Kafka topic, the last
     /// segment of a webhook path, a Nexmark table. Files, stdin and the demo have none of
     /// their own: they take the table the query reads.
@@ -269,5 +295,35 @@ impl PipelineSpec {
             checkpoint: None,
             kafka: BTreeMap::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounded(url: &str) -> String {
+        let mut e = Endpoint::parse(url).unwrap();
+        e.bound_at_open().unwrap();
+        format!("{e:?}")
+    }
+
+    #[test]
+    fn a_one_shot_run_ends_open_ended_logs_where_they_stand() {
+        assert_eq!(
+            bounded("kafka://b:9092/orders"),
+            "kafka://b:9092/orders?end=latest"
+        );
+        assert_eq!(
+            bounded("kafka://b:9092/orders?start=latest"),
+            "kafka://b:9092/orders?start=latest&end=latest"
+        );
+        let explicit = "kafka://b:9092/orders?end=2024-01-01T00:00:00Z";
+        assert_eq!(bounded(explicit), explicit);
+        assert_eq!(
+            bounded("webhook://h:1/hooks"),
+            "webhook://h:1/hooks?end=latest"
+        );
+        assert_eq!(bounded("file://a.jsonl"), "file://a.jsonl");
     }
 }

@@ -16,6 +16,7 @@
 //! | `tolerance` | 300s | accepted age of a Stripe signature timestamp |
 //! | `dedupe` | | JSON field holding an event id: repeats are acknowledged, not stored |
 //! | `dedupe_window` | 24h | how long an event id is remembered |
+//! | `end` | | `latest`: a bounded run over what the buffer holds when the source opens; nothing is received, no port is bound (Python's one-shot `stream()` sets it) |
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,6 +67,9 @@ pub struct WebhookConfig {
     pub auth: Auth,
     pub dedupe: Option<String>,
     pub dedupe_window: Duration,
+    /// `end=latest`: read the events buffered when the source opens, then
+    /// end; the endpoint is not served.
+    pub ends: bool,
 }
 
 fn bytes(v: &str) -> Option<u64> {
@@ -140,6 +144,7 @@ impl WebhookConfig {
             auth: Auth::None,
             dedupe: None,
             dedupe_window: Duration::from_secs(86_400),
+            ends: false,
         };
         let (mut auth, mut secret, mut header, mut tolerance) =
             (None, None, None, Duration::from_secs(300));
@@ -166,9 +171,11 @@ impl WebhookConfig {
                 "tolerance" => tolerance = dur(v)?,
                 "dedupe" => c.dedupe = Some(v.to_string()),
                 "dedupe_window" => c.dedupe_window = dur(v)?,
+                "end" if v == "latest" => c.ends = true,
+                "end" => return Err(bad()),
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown webhook:// option {other:?} (known: buffer, max_rows, max_bytes, max_interval, segment_bytes, max_buffer_bytes, max_body, auth, secret, header, tolerance, dedupe, dedupe_window)"
+                        "unknown webhook:// option {other:?} (known: buffer, max_rows, max_bytes, max_interval, segment_bytes, max_buffer_bytes, max_body, auth, secret, header, tolerance, dedupe, dedupe_window, end=latest)"
                     )));
                 }
             }
@@ -225,5 +232,11 @@ mod tests {
         assert!(c.buffer_dir.is_none());
         assert!(WebhookConfig::parse("webhook://h:1/x?auth=stripe&secret=whsec_plain").is_err());
         assert!(WebhookConfig::parse("webhook://h:1/x?nope=1").is_err());
+        assert!(
+            WebhookConfig::parse("webhook://h:1/x?end=latest")
+                .unwrap()
+                .ends
+        );
+        assert!(WebhookConfig::parse("webhook://h:1/x?end=soon").is_err());
     }
 }

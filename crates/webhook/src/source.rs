@@ -12,6 +12,9 @@
 //! more than `max_rows` events nor (beyond its first event) more than
 //! `max_bytes` bytes. The position is the offset of the next event;
 //! `commit` deletes segments a checkpoint covers.
+//!
+//! With `end=latest` the source is bounded: it serves no endpoint, hands
+//! out the events its buffer holds when it opens, then ends.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +32,8 @@ use crate::server::Server;
 pub struct WebhookSource {
     config: WebhookConfig,
     shared: Arc<Shared>,
-    server: Server,
+    /// `None` for a bounded run (`end=latest`): nothing is received.
+    server: Option<Server>,
     schema: SchemaRef,
 }
 
@@ -102,12 +106,17 @@ impl WebhookSource {
             idx.wake_rows = config.max_rows as u64;
             idx.wake_bytes = config.max_bytes as u64;
         }
-        let server = Server::start(
-            config.clone(),
-            Arc::clone(&schema),
-            Arc::clone(&shared),
-            writer,
-        )?;
+        let server = if config.ends {
+            drop(writer);
+            None
+        } else {
+            Some(Server::start(
+                config.clone(),
+                Arc::clone(&schema),
+                Arc::clone(&shared),
+                writer,
+            )?)
+        };
         Ok(Self {
             config,
             shared,
@@ -116,15 +125,17 @@ impl WebhookSource {
         })
     }
 
-    /// The address the endpoint listens on (useful with port 0).
-    pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.server.local_addr
+    /// The address the endpoint listens on (useful with port 0); `None`
+    /// for a bounded run, which serves no endpoint.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.server.as_ref().map(|s| s.local_addr)
     }
 
     fn ready(&self, idx: &buffer::Index) -> bool {
         let rows = idx.unread_rows();
         rows > 0
             && (idx.draining
+                || self.config.ends
                 || rows >= self.config.max_rows as u64
                 || idx.unread_bytes() >= self.config.max_bytes as u64
                 || idx
@@ -158,6 +169,9 @@ impl Source for WebhookSource {
             .lock()
             .map_err(|_| ConnectorError::Fatal("webhook buffer lock poisoned".into()))?;
         loop {
+            if self.config.ends && idx.unread_rows() == 0 {
+                return Ok(SourceEvent::End);
+            }
             if self.ready(&idx) {
                 let Some(taken) = idx.take(self.config.max_rows, self.config.max_bytes) else {
                     return Ok(SourceEvent::Idle);
@@ -219,7 +233,9 @@ impl Source for WebhookSource {
     }
 
     fn begin_drain(&mut self) -> bool {
-        self.server.stop_accepting();
+        if let Some(server) = &self.server {
+            server.stop_accepting();
+        }
         if let Ok(mut idx) = self.shared.index.lock() {
             idx.draining = true;
         }
@@ -228,15 +244,21 @@ impl Source for WebhookSource {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "webhook http://{}{} (buffer {})",
-            self.server.local_addr,
-            self.config.path,
-            self.config
-                .buffer_dir
-                .as_ref()
-                .map_or("in memory".to_string(), |d| d.display().to_string())
-        )
+        let buffer = self
+            .config
+            .buffer_dir
+            .as_ref()
+            .map_or("in memory".to_string(), |d| d.display().to_string());
+        match self.local_addr() {
+            Some(addr) => format!(
+                "webhook http://{addr}{} (buffer {buffer})",
+                self.config.path
+            ),
+            None => format!(
+                "webhook buffer {buffer} of {}{} (bounded)",
+                self.config.bind, self.config.path
+            ),
+        }
     }
 
     fn lag(&mut self) -> Option<u64> {

@@ -120,7 +120,7 @@ fn drain(source: &mut WebhookSource, wait: Duration) -> Vec<(String, Option<i64>
 fn hostile_requests_get_their_status_and_good_events_all_arrive() {
     let dir = tempfile::tempdir().unwrap();
     let mut source = open("&max_body=64KiB", dir.path());
-    let addr = source.local_addr();
+    let addr = source.local_addr().expect("served");
     let mut sent_good = 0usize;
     let mut send_good = |addr| {
         let (status, body) = post(addr, good(sent_good).as_bytes());
@@ -327,7 +327,10 @@ fn a_buffer_of_another_schema_is_refused_and_a_replay_yields_typed_rows() {
     {
         let source = open("", dir.path());
         let body = format!("{}\n{}", good(1), good(2));
-        assert_eq!(post(source.local_addr(), body.as_bytes()).0, 200);
+        assert_eq!(
+            post(source.local_addr().expect("served"), body.as_bytes()).0,
+            200
+        );
     }
     // Replayed with the same schema: the rows, typed.
     {
@@ -362,14 +365,14 @@ fn dedupe_ids_survive_a_restart() {
     {
         let source = open(opts, dir.path());
         let r = post(
-            source.local_addr(),
+            source.local_addr().expect("served"),
             format!("[{},{}]", good(1), good(2)).as_bytes(),
         );
         assert_eq!(json(&r.1)["accepted"], 2);
     }
     let mut source = open(opts, dir.path());
     let r = post(
-        source.local_addr(),
+        source.local_addr().expect("served"),
         format!("[{},{}]", good(2), good(3)).as_bytes(),
     );
     assert_eq!(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any, Iterable, Iterator, Optional
+import os
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 import pyarrow as pa
 
@@ -42,6 +43,7 @@ __all__ = [
     "key_columns",
     "Stream",
     "Pipeline",
+    "DeadLetter",
     "UbikError",
     "SqlError",
     "UnsupportedQueryError",
@@ -57,6 +59,34 @@ _HOST = ("max_rows", "max_bytes", "max_interval", "compact", "spill_dir", "spill
 
 KEY_METADATA = b"ubik.key"
 KIND_METADATA = b"ubik.kind"
+
+
+class DeadLetter(NamedTuple):
+    """A record set aside instead of processed, as ``on_dead_letter=``
+    receives it (the CLI sends the same to its dead-letter topic).
+
+    ``reason`` is machine-readable (``decode``, ``late``,
+    ``null_event_time``, ``future_event_time``, ``deletion``), ``message``
+    says what was wrong, ``source`` (the source URL) and ``partition`` say
+    where the record came from, ``position`` is its offset (Kafka), line (file) or event
+    number (webhook) as ``position_name`` says, and ``record`` holds the
+    original bytes (``None`` for rows that arrived as Arrow)."""
+
+    reason: str
+    message: str
+    source: str
+    partition: int
+    position: Optional[int]
+    position_name: Optional[str]
+    record: Optional[bytes]
+
+
+def _dead_letter_callback(on_dead_letter: Optional[Callable[[DeadLetter], Any]]) -> Optional[Callable[..., Any]]:
+    if on_dead_letter is None:
+        return None
+    if not callable(on_dead_letter):
+        raise TypeError(f"on_dead_letter must be callable, got {type(on_dead_letter).__name__}")
+    return lambda *fields: on_dead_letter(DeadLetter(*fields))
 
 
 def _split(kwargs: dict) -> tuple[dict, dict, Optional[dict]]:
@@ -192,28 +222,53 @@ class Pipeline(Stream):
         return self._s.stats
 
 
-def _session(sql: str, from_: Any, schema: Any, table: Optional[str], checkpoint: Optional[str], kwargs: dict) -> _Session:
-    opts, host, kafka = _split(dict(kwargs))
-    return _Session(sql, _arrow_input(from_), schema, table, checkpoint, opts, host, kafka)
+def _session(sql: str, from_: Any, schema: Any, table: Optional[str], checkpoint: Optional[str], kwargs: dict,
+             one_shot: bool = False) -> _Session:
+    kwargs = dict(kwargs)
+    on_dead_letter = _dead_letter_callback(kwargs.pop("on_dead_letter", None))
+    opts, host, kafka = _split(kwargs)
+    return _Session(sql, _arrow_input(from_), schema, table, checkpoint, opts, host, kafka, one_shot, on_dead_letter)
 
 
 def stream(sql: str, from_: Any, schema: Any = None, table: Optional[str] = None, **options: Any) -> Stream:
-    """Runs ``sql`` over ``from_``: a source URL (``kafka://host:port/topic``
-    with ``?end=latest`` for a bounded range, ``webhook://``, ``file://``,
-    ``demo://orders``) or in-process Arrow (Table, RecordBatch,
-    RecordBatchReader, iterable of batches). A query that joins several
-    sources takes a dict by table name, ``from_={"orders": url_or_table,
-    "merchants": table}``, and ``schema`` as a dict by the same names (a
-    ``PRIMARY KEY`` in a column list marks a versioned table)."""
-    return Stream(_session(sql, from_, schema, table, None, options))
+    """The one-shot form: runs ``sql`` over what ``from_`` holds when the
+    call starts, closes every window at the end, and stops.
+
+    ``from_`` is a source URL or in-process Arrow (Table, RecordBatch,
+    RecordBatchReader, iterable of batches). A ``kafka://host:port/topic``
+    URL without ``end=`` is read from ``start`` (default ``earliest``) to
+    the end offsets taken when the call starts: records produced later are
+    not waited for. A ``webhook://`` URL without ``end=`` reads the events
+    its buffer holds and serves no endpoint. An explicit ``end=`` (``latest``
+    or an RFC 3339 time) is kept. ``file://`` and Arrow inputs end where
+    they end. For an unbounded run use :func:`pipeline`.
+
+    A query that joins several sources takes a dict by table name,
+    ``from_={"orders": url_or_table, "merchants": table}``, and ``schema``
+    as a dict by the same names (a ``PRIMARY KEY`` in a column list marks a
+    versioned table). Without ``schema`` it is inferred from a sample of the
+    records (every JSON number as DOUBLE; see the README).
+
+    Records set aside (undecodable, too late; see :class:`DeadLetter`) go
+    to ``on_dead_letter(letter)``, called in the calling thread while the
+    stream is read (without it they are printed to stderr as JSON lines)."""
+    return Stream(_session(sql, from_, schema, table, None, options, one_shot=True))
 
 
 def pipeline(sql: str, from_: Any, checkpoint: str, schema: Any = None, table: Optional[str] = None,
              **options: Any) -> Pipeline:
-    """A checkpointed pipeline (a context manager). Re-opening the same
+    """A checkpointed, unbounded pipeline (a context manager): a Kafka topic
+    without ``end=`` is followed as it grows, a webhook endpoint is served
+    until the pipeline closes. Re-opening the same
     ``checkpoint`` directory after a crash hands out again, byte-identical,
     what came after the last checkpoint. ``max_rows``, ``max_bytes``,
     ``max_interval`` coalesce output into right-sized batches, ``compact``
     keeps the last row per key in each, ``spill_dir`` spills large ones to
-    Arrow IPC on disk, ``resume_from`` resumes from a :attr:`Pipeline.position` token."""
-    return Pipeline(_session(sql, from_, schema, table, str(checkpoint), options))
+    Arrow IPC on disk past ``spill_bytes`` (256 MiB) and hands such a batch
+    out in the pieces it was spilled in (together they are the batch),
+    ``resume_from`` resumes from a :attr:`Pipeline.position` token,
+    ``on_dead_letter`` receives the records set aside (see :func:`stream`;
+    after a crash, those after the last checkpoint are delivered again, with
+    the same position)."""
+    # "~/.ubik/orders", as users write it, is their home, not a directory named "~".
+    return Pipeline(_session(sql, from_, schema, table, os.path.expanduser(str(checkpoint)), options))

@@ -1,5 +1,5 @@
 from datetime import timedelta
-from typing import Any, Iterable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, Union
 
 import pyarrow as pa
 
@@ -26,6 +26,15 @@ class SchemaError(UbikError): ...
 class SourceError(UbikError): ...
 class DecodeError(UbikError): ...
 class CheckpointError(UbikError): ...
+
+class DeadLetter(NamedTuple):
+    reason: str
+    message: str
+    source: str
+    partition: int
+    position: Optional[int]
+    position_name: Optional[str]
+    record: Optional[bytes]
 
 def validate(
     sql: str,
@@ -85,7 +94,11 @@ def stream(
     spill_dir: Optional[str] = None,
     spill_bytes: Optional[int] = None,
     kafka: Optional[Mapping[str, str]] = None,
-) -> Stream: ...
+    on_dead_letter: Optional[Callable[[DeadLetter], object]] = None,
+) -> Stream:
+    """One-shot: reads what the source holds when the call starts (a Kafka
+    topic without ``end=`` up to its end offsets at the call, a webhook
+    buffer as it stands), closes every window and stops."""
 def pipeline(
     sql: str,
     from_: Source,
@@ -112,4 +125,7 @@ def pipeline(
     spill_bytes: Optional[int] = None,
     resume_from: Optional[str] = None,
     kafka: Optional[Mapping[str, str]] = None,
-) -> Pipeline: ...
+    on_dead_letter: Optional[Callable[[DeadLetter], object]] = None,
+) -> Pipeline:
+    """Unbounded and checkpointed: a Kafka topic without ``end=`` is
+    followed as it grows, a webhook endpoint is served until it closes."""
