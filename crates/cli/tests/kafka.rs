@@ -249,6 +249,69 @@ fn round_trip_equals_oracle() {
     }
 }
 
+/// A keyed changelog into a pre-created topic that deletes records by
+/// their timestamp (7 days): a backfill of 2024's windows is refused before
+/// anything is committed; `retention_check=warn` writes it anyway; a
+/// compacted topic takes it without a word.
+#[test]
+fn retention_that_would_delete_a_backfill_is_refused() {
+    let Some(_broker) = serial() else { return };
+    let input = unique("ret-in");
+    create_topic(&input, 2);
+    let lines = events(3_000, 5, 2_000, 3);
+    produce(&input, &lines);
+    // ubik_run's command, with `options` appended to its --to URL.
+    let run = |output: &str, options: &str| {
+        let to = format!("/{output}?partitions=3");
+        let mut c = ubik();
+        for a in ubik_run(&input, output, &[]).get_args() {
+            let a = a.to_string_lossy();
+            c.arg(if a.ends_with(&to) {
+                format!("{a}{options}")
+            } else {
+                a.into_owned()
+            });
+        }
+        c.output().unwrap()
+    };
+    let seven_days = [("cleanup.policy", "delete"), ("retention.ms", "604800000")];
+    let deleting = unique("ret-delete");
+    create_topic_with(&deleting, 3, &seven_days);
+    let o = run(&deleting, "");
+    let err = stderr(&o);
+    assert!(!o.status.success(), "refused: {err}");
+    assert!(
+        err.contains("retention.ms=604800000 (7 days)")
+            && err.contains("cleanup.policy=compact")
+            && err.contains("retention_check=warn"),
+        "{err}"
+    );
+    assert!(
+        consume_all(&deleting, "read_committed").is_empty(),
+        "nothing was committed"
+    );
+
+    let warned = unique("ret-warn");
+    create_topic_with(&warned, 3, &seven_days);
+    let o = run(&warned, "&retention_check=warn");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_matches(
+        "warn",
+        &fold_recs(&consume_all(&warned, "read_committed")),
+        &oracle(&lines),
+    );
+
+    let compacted = unique("ret-compact");
+    create_topic_with(&compacted, 3, &[("cleanup.policy", "compact")]);
+    let o = run(&compacted, "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_matches(
+        "compact",
+        &fold_recs(&consume_all(&compacted, "read_committed")),
+        &oracle(&lines),
+    );
+}
+
 /// Orders on a 4-partition topic joined with merchant versions on a
 /// compacted topic: the read_committed fold equals DataFusion's as-of join.
 #[test]

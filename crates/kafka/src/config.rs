@@ -11,12 +11,14 @@
 //! | `create` | `false` to never create a missing output topic |
 //! | `cleanup` | cleanup.policy of a created topic: `compact` (the default for a keyed changelog: the latest record per key is kept, and time-based retention never deletes the old windows of a backfill) or `delete` (the default for append-only output and dead letters) |
 //! | `transactional_id` | the producer's transactional.id |
+//! | `retention_check` | `refuse` (default) or `warn`: what a keyed changelog does about a record the output topic's time-based retention would delete (see [`crate::retention`]) |
 
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
 use crate::error::Error;
+use crate::retention::RetentionCheck;
 
 /// How the sink publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +53,7 @@ pub struct KafkaUrl {
     /// cleanup.policy for a created topic; `None`: decided by what is written.
     pub cleanup: Option<String>,
     pub transactional_id: Option<String>,
+    pub retention_check: RetentionCheck,
     /// librdkafka properties from the URL.
     pub properties: BTreeMap<String, String>,
 }
@@ -90,6 +93,7 @@ impl KafkaUrl {
             create: true,
             cleanup: None,
             transactional_id: None,
+            retention_check: RetentionCheck::Refuse,
             properties: BTreeMap::new(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -126,12 +130,23 @@ impl KafkaUrl {
                     )));
                 }
                 "transactional_id" => out.transactional_id = Some(v.to_string()),
+                "retention_check" => {
+                    out.retention_check = match v {
+                        "refuse" => RetentionCheck::Refuse,
+                        "warn" => RetentionCheck::Warn,
+                        _ => {
+                            return Err(Error::Config(format!(
+                                "retention_check={v:?} is not refuse or warn"
+                            )));
+                        }
+                    }
+                }
                 k if k.contains('.') => {
                     out.properties.insert(k.to_string(), v.to_string());
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown kafka:// option {other:?} (known: group, start, end, partitions, replication, create, cleanup, transactional_id; librdkafka properties contain a dot)"
+                        "unknown kafka:// option {other:?} (known: group, start, end, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
                     )));
                 }
             }

@@ -9,13 +9,15 @@
 //! - [`KafkaSink`]: writes the changelog keyed by its key bytes (librdkafka's
 //!   default partitioner: one home partition per key), with the window end as
 //!   record timestamp; `transactional` (one transaction per checkpoint epoch)
-//!   or `idempotent` emit.
+//!   or `idempotent` emit. It refuses to write a keyed changelog record
+//!   the topic's time-based retention would delete ([`retention`]).
 //! - [`KafkaDeadLetters`]: dead letters with the original bytes and headers.
 
 pub mod admin;
 pub mod config;
 pub mod dead_letters;
 pub mod error;
+pub mod retention;
 pub mod sink;
 pub mod source;
 

@@ -15,6 +15,7 @@ use ubik_connector::{ConnectorError, Sink, SinkRecord};
 use crate::admin::ensure_topic;
 use crate::config::{EmitMode, KafkaUrl};
 use crate::error::{Error, is_fenced};
+use crate::retention::{RetentionGuard, deleting_retention};
 
 /// Remembers the first failed delivery; the next commit reports it.
 #[derive(Default, Clone)]
@@ -102,6 +103,7 @@ pub struct KafkaSink {
     transactional_id: Option<String>,
     in_transaction: bool,
     sent: u64,
+    retention: Option<RetentionGuard>,
 }
 
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -119,7 +121,15 @@ impl KafkaSink {
     ) -> Result<Self, Error> {
         let url = KafkaUrl::parse(url)?;
         let cleanup = if keyed { "compact" } else { "delete" };
-        ensure_topic(&url, &url.client_config(properties), cleanup)?;
+        let client = url.client_config(properties);
+        ensure_topic(&url, &client, cleanup)?;
+        // Only a changelog loses its meaning when old records go: append-only
+        // output on a delete topic is the usual, wanted set-up.
+        let retention = match keyed {
+            true => deleting_retention(&client, &url.topic)?
+                .map(|rule| RetentionGuard::new(rule, url.retention_check)),
+            false => None,
+        };
         let (producer, errors) = producer(&url, properties, mode, transactional_id)?;
         let transactional_id = (mode == EmitMode::Transactional)
             .then(|| {
@@ -142,6 +152,7 @@ impl KafkaSink {
             transactional_id,
             in_transaction: false,
             sent: 0,
+            retention,
         })
     }
 
@@ -195,6 +206,9 @@ fn retry<T>(what: &str, mut op: impl FnMut() -> Result<T, Error>) -> Result<T, E
 
 impl Sink for KafkaSink {
     fn write(&mut self, record: SinkRecord<'_>) -> Result<(), ConnectorError> {
+        if let (Some(guard), Some(ts)) = (&mut self.retention, record.timestamp_ms) {
+            guard.check(ts)?;
+        }
         if self.mode == EmitMode::Transactional && !self.in_transaction {
             self.producer
                 .begin_transaction()
@@ -223,6 +237,9 @@ impl Sink for KafkaSink {
     }
 
     fn commit(&mut self) -> Result<(), ConnectorError> {
+        if let Some(guard) = &mut self.retention {
+            guard.refresh();
+        }
         let result = match self.mode {
             EmitMode::Transactional => {
                 if !self.in_transaction {
