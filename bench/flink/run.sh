@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Flink SQL peer of bench/kafka.sh: the same per-merchant per-minute tumbling-window query, run by
-# Flink SQL in a local mini-cluster (one JVM, no Flink install), Kafka topic to Kafka topic.
+# Flink SQL peer of ubik's Kafka benchmarks, run by Flink SQL in a local mini-cluster (one JVM,
+# no Flink install), Kafka topic to Kafka topic.
 #
 #   bench/flink/run.sh BROKER IN_TOPIC OUT_TOPIC
+#       bench/kafka.sh's per-merchant per-minute tumbling-window query: an upsert changelog
+#       keyed by (merchant, window start) to OUT_TOPIC.
+#   bench/flink/run.sh nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000]
+#       bench/nexmark-kafka.sh: Nexmark q0, q1, q2, q7 or q8 (the published Flink SQL) over the
+#       tables bid / person / auction as ubik writes them, e.g. bid=nx-bid; insert-only output.
+#   bench/flink/run.sh count BROKER TOPIC
+#       prints {"topic":TOPIC,"records":N}, N = the topic's committed records.
 #
-# Reads IN_TOPIC from the earliest to the latest offsets at start (bounded), writes an upsert
-# changelog keyed by (merchant, window start) to OUT_TOPIC, and prints one JSON line to stdout:
-#   {"bench":"flink","seconds":S,"job_runtime_seconds":R,"output_records":N,"process_seconds":P}
+# A query reads its topics from the earliest to the latest offsets at start (bounded) and prints
+# one JSON line to stdout:
+#   {"bench":"flink","seconds":S,"job_runtime_seconds":R,"output_records":N,"cpu_seconds":C,
+#    "process_seconds":P,"process_cpu_seconds":PC}
 # S: INSERT submitted (planning + mini-cluster start) until the job finished, output flushed;
-# R: Flink's net runtime of the job; N: records appended to OUT_TOPIC; P: the whole java
-# process, JVM start and exit included. Logs go to stderr.
+# R: Flink's net runtime of the job; N: records appended to OUT_TOPIC; C: the JVM's CPU time
+# (user + system, all threads) until the job finished; P and PC: wall and CPU (user + system)
+# seconds of the whole java process, JVM start and exit included. Logs go to stderr.
 # Env: FLINK_PARALLELISM (default 2), FLINK_LOG_LEVEL (default WARN), FLINK_JAVA_OPTS (extra
 # JVM flags). Needs Java 17+ and Maven: the first run builds target/ (rebuilt when the pom or a
 # source file changes).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-(($# == 3)) || { echo "usage: $0 BROKER IN_TOPIC OUT_TOPIC" >&2; exit 2; }
+(($# >= 3)) || { echo "usage: $0 BROKER IN_TOPIC OUT_TOPIC | nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... | count BROKER TOPIC" >&2; exit 2; }
 
 JAR=$HERE/target/flink-peer.jar
 if [[ ! -f $JAR || ! -d $HERE/target/lib ||
@@ -35,7 +44,10 @@ JAVA_OPTS=(-Xms1g -Xmx2g -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true "-
   "-Dparallelism=${FLINK_PARALLELISM:-2}" "-Dpeer.log.level=${FLINK_LOG_LEVEL:-WARN}"
   ${FLINK_JAVA_OPTS:-})
 start=$(date +%s.%N)
-line=$(java "${JAVA_OPTS[@]}" -cp "$JAR:$HERE/target/lib/*" dev.ubik.bench.FlinkPeer "$@")
+# The java process's user and system CPU seconds, from wait4's rusage.
+line=$(/usr/bin/time -f '%U %S' -o "$TMP/cpu" java "${JAVA_OPTS[@]}" -cp "$JAR:$HERE/target/lib/*" \
+  dev.ubik.bench.FlinkPeer "$@")
 end=$(date +%s.%N)
 process=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
-echo "${line%\}},\"process_seconds\":$process}"
+cpu=$(awk '{ printf "%.3f", $1 + $2 }' "$TMP/cpu")
+echo "${line%\}},\"process_seconds\":$process,\"process_cpu_seconds\":$cpu}"

@@ -4,9 +4,12 @@
 For every `query` preceded by `# oracle(...)` comment lines, the oracle SQL
 (a one-shot DuckDB query over the same rows) is run and compared with the
 fold of the expected changelog (the latest value per key, tombstones
-delete). The source tables are loaded into DuckDB with two extra columns:
-`_row` (the row's index in insertion order, from 0) and `_part` (its source
-partition), so an oracle can leave out rows the stream dead-letters.
+delete). The source tables are loaded into DuckDB with three extra columns:
+`_row` (the row's index in insertion order, from 0), `_part` (its source
+partition), so an oracle can leave out rows the stream dead-letters, and
+`_deleted`: a `DELETE FROM t WHERE id = .. AND ts = ..` statement (a
+tombstone for key `id` taking effect at `ts`) is loaded as a row holding
+those columns, the others NULL, with `_deleted` true.
 
     # oracle(key=0,1): SELECT merchant, time_bucket(...) AS w, count(*) ...
     # oracle: ... (more lines of the same SQL)
@@ -148,7 +151,7 @@ def check_file(path):
             if low.startswith("create table"):
                 m = re.match(r"create table\s+(\w+)\s*\((.*)\)\s*;?$", sql, re.I | re.S)
                 name, cols = m.group(1).lower(), m.group(2)
-                con.execute(f"CREATE TABLE {name} ({cols}, _row INTEGER, _part INTEGER)")
+                con.execute(f"CREATE TABLE {name} ({cols}, _row INTEGER, _part INTEGER, _deleted BOOLEAN)")
                 con.execute(f"CREATE TABLE {name}__stage ({cols})")
                 tables[name] = Table(name, cols)
             elif low.startswith("insert"):
@@ -163,11 +166,21 @@ def check_file(path):
                 con.execute(f"INSERT INTO {name}__stage VALUES {values}")
                 n = con.execute(f"SELECT count(*) FROM {name}__stage").fetchone()[0]
                 con.execute(
-                    f"INSERT INTO {name} SELECT *, {t.rows} + row_number() OVER (ORDER BY rowid) - 1, {part} "
+                    f"INSERT INTO {name} SELECT *, {t.rows} + row_number() OVER (ORDER BY rowid) - 1, {part}, false "
                     f"FROM {name}__stage ORDER BY rowid"
                 )
                 t.rows += n
                 t.partitions.add(part)
+            elif low.startswith("delete"):
+                m = re.match(r"delete\s+from\s+(\w+)\s+where\s+(.*?);?$", sql, re.I | re.S)
+                name = m.group(1).lower()
+                t = tables[name]
+                pairs = [c.split("=", 1) for c in re.split(r"\s+and\s+", m.group(2), flags=re.I)]
+                cols = ", ".join(c.strip() for c, _ in pairs)
+                vals = ", ".join(v.strip() for _, v in pairs)
+                con.execute(f"INSERT INTO {name} ({cols}, _row, _part, _deleted) VALUES ({vals}, {t.rows}, 0, true)")
+                t.rows += 1
+                t.partitions.add(0)
             continue
         if not head.startswith("query") or head.startswith("query error"):
             continue

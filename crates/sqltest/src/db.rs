@@ -25,6 +25,8 @@ struct Table {
     rows: Vec<String>,
     /// The source partition of each row (`INSERT INTO t PARTITION (n)`; 0 by default).
     partitions: Vec<u32>,
+    /// Whether each row is a deletion (`DELETE FROM t WHERE key = .. AND ts = ..`).
+    deletions: Vec<bool>,
 }
 
 #[derive(Default)]
@@ -63,6 +65,7 @@ impl StreamDb {
                 schema: Arc::new(Schema::new(fields)),
                 rows: Vec::new(),
                 partitions: Vec::new(),
+                deletions: Vec::new(),
             },
         );
         Ok(())
@@ -112,8 +115,59 @@ impl StreamDb {
             self.arrivals.push((name.clone(), table.rows.len()));
             table.rows.push(serde_json::Value::Object(obj).to_string());
             table.partitions.push(partition);
+            table.deletions.push(false);
         }
         Ok(values.rows.len() as u64)
+    }
+
+    /// `DELETE FROM t WHERE col = literal AND ...`: a deletion arriving on
+    /// partition 0 of `t`, as a Kafka tombstone would, holding the key and
+    /// the event time it takes effect at (the columns the WHERE names).
+    /// `None` for another shape of DELETE: that one is a query (and the
+    /// engine's to refuse).
+    fn delete(&mut self, stmt: &Statement) -> Result<Option<u64>, Error> {
+        let Statement::Delete(del) = stmt else {
+            unreachable!()
+        };
+        let from = match &del.from {
+            sqlparser::ast::FromTable::WithFromKeyword(t)
+            | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
+        };
+        let name = match from.as_slice() {
+            [t] => t.relation.to_string().to_lowercase(),
+            _ => return Err(Error::Other("DELETE FROM takes one table".into())),
+        };
+        let table = self
+            .tables
+            .get_mut(&name)
+            .ok_or_else(|| Error::Other(format!("no table {name}")))?;
+        let mut obj = serde_json::Map::new();
+        let mut pending: Vec<&Expr> = del.selection.iter().collect();
+        while let Some(e) = pending.pop() {
+            match e {
+                Expr::BinaryOp { left, op, right }
+                    if *op == sqlparser::ast::BinaryOperator::And =>
+                {
+                    pending.push(left);
+                    pending.push(right);
+                }
+                Expr::BinaryOp { left, op, right } if *op == sqlparser::ast::BinaryOperator::Eq => {
+                    let Expr::Identifier(col) = left.as_ref() else {
+                        return Ok(None);
+                    };
+                    obj.insert(col.value.clone(), literal(right)?);
+                }
+                _ => return Ok(None),
+            }
+        }
+        if obj.is_empty() {
+            return Ok(None);
+        }
+        self.arrivals.push((name.clone(), table.rows.len()));
+        table.rows.push(serde_json::Value::Object(obj).to_string());
+        table.partitions.push(0);
+        table.deletions.push(true);
+        Ok(Some(1))
     }
 
     /// `SET name = value`: the runtime's options layer, as the CLI and Python use it.
@@ -161,11 +215,12 @@ impl StreamDb {
             .iter()
             .filter_map(|(name, row)| {
                 let source = plan.source_index(name)?;
-                let p = self.tables[name].partitions[*row];
+                let table = &self.tables[name];
                 Some(Arrival {
-                    id: partition_id(source, p),
+                    id: partition_id(source, table.partitions[*row]),
                     source,
                     row: *row,
+                    deletion: table.deletions[*row],
                 })
             })
             .collect();
@@ -225,6 +280,7 @@ struct Arrival {
     source: usize,
     /// Its index in its source's table.
     row: usize,
+    deletion: bool,
 }
 
 /// One way of feeding the rows to a query: feeds in order, and for each
@@ -244,19 +300,22 @@ impl Layout {
         }
     }
 
-    /// Appends `rows` (all of one partition id) as feeds of `size` rows.
+    /// Appends `rows` (all of one partition id) as feeds of `size` rows;
+    /// deletions and rows never share a feed.
     fn push(
         &mut self,
         batches: &[RecordBatch],
         rows: &[Arrival],
         size: usize,
     ) -> Result<(), Error> {
-        for part in rows.chunks(size.max(1)) {
+        let runs = rows.chunk_by(|a, b| a.deletion == b.deletion);
+        for part in runs.flat_map(|run| run.chunks(size.max(1))) {
             let source = part[0].source;
             let idx = UInt32Array::from_iter_values(part.iter().map(|a| a.row as u32));
             self.feeds.push(Feed {
                 partition: part[0].id,
                 batch: take_record_batch(&batches[source], &idx)?,
+                deletion: part[0].deletion,
             });
             self.origins
                 .push(part.iter().map(|a| (a.source, a.row)).collect());
@@ -462,7 +521,10 @@ impl sqllogictest::DB for StreamDb {
             self.set(sql)?;
             return Ok(DBOutput::StatementComplete(0));
         }
-        if trimmed.starts_with("create table") || trimmed.starts_with("insert") {
+        if ["create table", "insert", "delete"]
+            .iter()
+            .any(|s| trimmed.starts_with(s))
+        {
             let stmts = Parser::parse_sql(&GenericDialect {}, sql)
                 .map_err(|e| Error::Other(e.to_string()))?;
             let stmt = &stmts[0];
@@ -470,6 +532,10 @@ impl sqllogictest::DB for StreamDb {
                 Statement::CreateTable(_) => {
                     self.create(stmt).map(|_| DBOutput::StatementComplete(0))
                 }
+                Statement::Delete(_) => match self.delete(stmt)? {
+                    Some(n) => Ok(DBOutput::StatementComplete(n)),
+                    None => self.query(sql),
+                },
                 _ => self.insert(stmt).map(DBOutput::StatementComplete),
             };
         }

@@ -32,6 +32,8 @@ impl std::fmt::Display for Record {
 pub struct Feed {
     pub partition: u32,
     pub batch: RecordBatch,
+    /// The rows are deletions of a versioned table's keys (tombstones).
+    pub deletion: bool,
 }
 
 /// Splits `batch` into feeds of `size` rows for partition `partition`.
@@ -42,6 +44,7 @@ pub fn chunks(batch: &RecordBatch, partition: u32, size: usize) -> Vec<Feed> {
         .map(|start| Feed {
             partition,
             batch: batch.slice(start, size.min(batch.num_rows() - start)),
+            deletion: false,
         })
         .collect()
 }
@@ -107,7 +110,11 @@ pub fn run_with_rejects(
         Ok(())
     };
     for (i, feed) in feeds.iter().enumerate() {
-        query.process(feed.partition, &feed.batch, &mut out)?;
+        if feed.deletion {
+            query.process_deletions(feed.partition, &feed.batch, &mut out)?;
+        } else {
+            query.process(feed.partition, &feed.batch, &mut out)?;
+        }
         rejects.extend(out.rejects.drain(..).map(|r| (i, r)));
         drain(&mut out, &mut records)?;
         if restore_after == Some(i) {

@@ -1,22 +1,41 @@
 /*
- * Flink SQL peer of bench/kafka.sh: runs the per-merchant per-minute tumbling-window query with
- * Flink SQL in a local mini-cluster (embedded in this JVM), Kafka to Kafka.
+ * Flink SQL peer of ubik's Kafka benchmarks: queries run by Flink SQL in a local mini-cluster
+ * (embedded in this JVM), Kafka to Kafka.
  *
  *   FlinkPeer BROKER IN_TOPIC OUT_TOPIC
+ *       bench/kafka.sh: the per-merchant per-minute tumbling-window query. Reads IN_TOPIC (JSON
+ *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
+ *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
+ *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000]
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q7 or q8), the published Flink SQL
+ *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
+ *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
+ *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
+ *       it (ubik's default lateness, 5 s). Every result is insert-only, written as JSON values
+ *       without a key (the 'kafka' connector) to OUT_TOPIC.
+ *   FlinkPeer count BROKER TOPIC...
+ *       Counts the committed records of each TOPIC (read_committed: transaction markers and
+ *       aborted records left out) and prints one line {"topic":TOPIC,"records":N} for each.
+ *   FlinkPeer delete BROKER TOPIC...
+ *       Deletes the topics (those that exist).
  *
- * Reads IN_TOPIC (JSON {"merchant","ts","amount"}) from the earliest offsets up to the latest
- * offsets at start (a bounded job), event time ts with zero lateness, and writes an upsert
- * changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value). Prints one
- * JSON line to stdout:
- *   {"bench":"flink","seconds":S,"job_runtime_seconds":R,"output_records":N|null}
+ * A query reads its topics from the earliest offsets up to the latest offsets at start (a bounded
+ * job) and prints one JSON line to stdout:
+ *   {"bench":"flink","seconds":S,"job_runtime_seconds":R,"output_records":N|null,"cpu_seconds":C}
  * S: from submitting the INSERT (planning, mini-cluster start, run) until the job finished,
  * with all output flushed; R: Flink's own net runtime of the job; N: records appended to
- * OUT_TOPIC during the run (its end offsets after minus before). Logs go to stderr.
+ * OUT_TOPIC during the run (its end offsets after minus before); C: CPU time of this JVM (all
+ * threads) from its start until the job finished. Logs go to stderr.
  * System properties: parallelism (default 2).
  */
 package dev.ubik.bench;
 
 import java.io.PrintStream;
+import java.lang.management.ManagementFactory;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -36,17 +55,45 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public final class FlinkPeer {
+  private static final String USAGE = "usage: FlinkPeer BROKER IN_TOPIC OUT_TOPIC\n"
+      + "       FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=N]\n"
+      + "       FlinkPeer count|delete BROKER TOPIC...";
+
   public static void main(String[] args) {
-    if (args.length != 3) {
-      System.err.println("usage: FlinkPeer BROKER IN_TOPIC OUT_TOPIC");
-      System.exit(2);
-    }
     try {
-      run(args[0], args[1], args[2]);
+      if (args.length >= 1 && args[0].equals("nexmark")) {
+        if (args.length < 5) usage();
+        Map<String, String> opts = new LinkedHashMap<>();
+        for (int i = 5; i < args.length; i++) {
+          int eq = args[i].indexOf('=');
+          if (eq <= 0) usage();
+          opts.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
+        nexmark(args[1], args[2], args[3], opts);
+      } else if (args.length >= 3 && args[0].equals("count")) {
+        PrintStream result = System.out;
+        System.setOut(System.err);
+        for (int i = 2; i < args.length; i++) {
+          result.printf(Locale.ROOT, "{\"topic\":\"%s\",\"records\":%d}%n", args[i],
+              count(args[1], args[i]));
+        }
+        result.flush();
+      } else if (args.length >= 3 && args[0].equals("delete")) {
+        delete(args[1], List.of(args).subList(2, args.length));
+      } else if (args.length == 3) {
+        tumble(args[0], args[1], args[2]);
+      } else {
+        usage();
+      }
     } catch (Throwable e) {
       e.printStackTrace();
       System.exit(1); // the mini-cluster's threads would keep the JVM alive
@@ -54,19 +101,28 @@ public final class FlinkPeer {
     System.exit(0); // likewise after success
   }
 
-  private static void run(String broker, String in, String out) throws Exception {
-    // stdout carries only the result line: anything else printed goes to stderr.
-    PrintStream result = System.out;
-    System.setOut(System.err);
+  private static void usage() {
+    System.err.println(USAGE);
+    System.exit(2);
+  }
 
+  /** A streaming table environment on a local mini-cluster; stdout is sent to stderr. */
+  private static TableEnvironment env(String name) {
     Configuration conf = new Configuration();
     conf.set(CoreOptions.DEFAULT_PARALLELISM, Integer.getInteger("parallelism", 2));
-    conf.set(PipelineOptions.NAME, "ubik-bench-flink");
+    conf.set(PipelineOptions.NAME, name);
     conf.set(PipelineOptions.OBJECT_REUSE, true); // no defensive copies between chained operators
     // Windows and TIMESTAMP_LTZ rendering in UTC, whatever the machine's zone.
     conf.set(TableConfigOptions.LOCAL_TIME_ZONE, "UTC");
-    TableEnvironment t = TableEnvironment.create(
+    return TableEnvironment.create(
         EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(conf).build());
+  }
+
+  private static void tumble(String broker, String in, String out) throws Exception {
+    // stdout carries only the result line: anything else printed goes to stderr.
+    PrintStream result = System.out;
+    System.setOut(System.err);
+    TableEnvironment t = env("ubik-bench-flink");
 
     // 'Z'-suffixed ISO-8601 timestamps parse as TIMESTAMP_LTZ with the ISO-8601 JSON standard.
     t.executeSql("CREATE TABLE src (\n"
@@ -75,13 +131,7 @@ public final class FlinkPeer {
         + "  amount DOUBLE,\n"
         + "  WATERMARK FOR ts AS ts\n"
         + ") WITH (\n"
-        + "  'connector' = 'kafka',\n"
-        + "  'topic' = " + lit(in) + ",\n"
-        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
-        + "  'scan.startup.mode' = 'earliest-offset',\n"
-        + "  'scan.bounded.mode' = 'latest-offset',\n"
-        + "  'format' = 'json',\n"
-        + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
+        + source(broker, in)
         + ")");
     t.executeSql("CREATE TABLE sink (\n"
         + "  merchant STRING,\n"
@@ -103,21 +153,178 @@ public final class FlinkPeer {
         + "SELECT merchant, window_start, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean\n"
         + "FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '1' MINUTE))\n"
         + "GROUP BY merchant, window_start, window_end";
+    execute(t, query, broker, out, result);
+  }
 
+  /** The WITH options of a bounded JSON Kafka source table (without the closing parenthesis). */
+  private static String source(String broker, String topic) {
+    return "  'connector' = 'kafka',\n"
+        + "  'topic' = " + lit(topic) + ",\n"
+        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
+        + "  'scan.startup.mode' = 'earliest-offset',\n"
+        + "  'scan.bounded.mode' = 'latest-offset',\n"
+        + "  'format' = 'json',\n"
+        + "  'json.timestamp-format.standard' = 'ISO-8601'\n";
+  }
+
+  // The Nexmark tables as ubik's nexmark:// source names them and ubik's Kafka sink writes them
+  // (JSON objects, timestamps RFC 3339 UTC: TIMESTAMP_LTZ with the ISO-8601 standard). Event time:
+  // date_time (the published DDL's dateTime).
+  private static final Map<String, String> TABLES = Map.of(
+      "person", "  id BIGINT,\n  name STRING,\n  email_address STRING,\n  credit_card STRING,\n"
+          + "  city STRING,\n  state STRING,\n  date_time TIMESTAMP_LTZ(3),\n  extra STRING,\n",
+      "auction", "  id BIGINT,\n  item_name STRING,\n  description STRING,\n  initial_bid BIGINT,\n"
+          + "  reserve BIGINT,\n  date_time TIMESTAMP_LTZ(3),\n  expires TIMESTAMP_LTZ(3),\n"
+          + "  seller BIGINT,\n  category BIGINT,\n  extra STRING,\n",
+      "bid", "  auction BIGINT,\n  bidder BIGINT,\n  price BIGINT,\n  channel STRING,\n"
+          + "  url STRING,\n  date_time TIMESTAMP_LTZ(3),\n  extra STRING,\n");
+
+  /** A Nexmark query: the tables it reads, its sink's columns, and its INSERT. */
+  private record Nexmark(List<String> tables, String sinkColumns, String select) {}
+
+  // The published Flink SQL (github.com/nexmark/nexmark, nexmark-flink/src/main/resources/queries),
+  // dateTime renamed date_time; sink columns in the SELECT's order.
+  private static final Map<String, Nexmark> QUERIES = Map.of(
+      "q0", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
+          "SELECT auction, bidder, price, date_time, extra FROM bid"),
+      "q1", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price DECIMAL(23, 3), date_time TIMESTAMP_LTZ(3), extra STRING",
+          "SELECT auction, bidder, 0.908 * price as price, date_time, extra FROM bid"),
+      "q2", new Nexmark(List.of("bid"),
+          "auction BIGINT, price BIGINT",
+          "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+      "q7", new Nexmark(List.of("bid"),
+          "auction BIGINT, price BIGINT, bidder BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
+          "SELECT B.auction, B.price, B.bidder, B.date_time, B.extra\n"
+              + "from bid B\n"
+              + "JOIN (\n"
+              + "  SELECT MAX(B1.price) AS maxprice, TUMBLE_ROWTIME(B1.date_time, INTERVAL '10' SECOND) as date_time\n"
+              + "  FROM bid B1\n"
+              + "  GROUP BY TUMBLE(B1.date_time, INTERVAL '10' SECOND)\n"
+              + ") B1\n"
+              + "ON B.price = B1.maxprice\n"
+              + "WHERE B.date_time BETWEEN B1.date_time  - INTERVAL '10' SECOND AND B1.date_time"),
+      "q8", new Nexmark(List.of("person", "auction"),
+          "id BIGINT, name STRING, stime TIMESTAMP_LTZ(3)",
+          "SELECT P.id, P.name, P.starttime\n"
+              + "FROM (\n"
+              + "  SELECT P.id, P.name,\n"
+              + "         TUMBLE_START(P.date_time, INTERVAL '10' SECOND) AS starttime,\n"
+              + "         TUMBLE_END(P.date_time, INTERVAL '10' SECOND) AS endtime\n"
+              + "  FROM person P\n"
+              + "  GROUP BY P.id, P.name, TUMBLE(P.date_time, INTERVAL '10' SECOND)\n"
+              + ") P\n"
+              + "JOIN (\n"
+              + "  SELECT A.seller,\n"
+              + "         TUMBLE_START(A.date_time, INTERVAL '10' SECOND) AS starttime,\n"
+              + "         TUMBLE_END(A.date_time, INTERVAL '10' SECOND) AS endtime\n"
+              + "  FROM auction A\n"
+              + "  GROUP BY A.seller, TUMBLE(A.date_time, INTERVAL '10' SECOND)\n"
+              + ") A\n"
+              + "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"));
+
+  private static void nexmark(String name, String broker, String out, Map<String, String> opts)
+      throws Exception {
+    PrintStream result = System.out;
+    System.setOut(System.err);
+    Nexmark q = QUERIES.get(name);
+    if (q == null) {
+      throw new IllegalArgumentException("unknown Nexmark query " + name + "; known: "
+          + QUERIES.keySet().stream().sorted().collect(Collectors.joining(", ")));
+    }
+    long lateness = Long.parseLong(opts.getOrDefault("lateness_ms", "5000"));
+    TableEnvironment t = env("ubik-bench-nexmark-" + name);
+    for (String table : q.tables()) {
+      String topic = opts.get(table);
+      if (topic == null) throw new IllegalArgumentException(name + " reads " + table + ": pass " + table + "=TOPIC");
+      t.executeSql("CREATE TABLE " + table + " (\n"
+          + TABLES.get(table)
+          + "  WATERMARK FOR date_time AS date_time - INTERVAL '"
+          + String.format(Locale.ROOT, "%d.%03d", lateness / 1000, lateness % 1000) + "' SECOND\n"
+          + ") WITH (\n"
+          + source(broker, topic)
+          + ")");
+    }
+    t.executeSql("CREATE TABLE sink (" + q.sinkColumns() + ") WITH (\n"
+        + "  'connector' = 'kafka',\n"
+        + "  'topic' = " + lit(out) + ",\n"
+        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
+        + "  'format' = 'json',\n"
+        + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
+        + ")");
+    String insert = "INSERT INTO sink\n" + q.select();
+    System.err.println("FlinkPeer " + name + ":\n" + insert);
+    execute(t, insert, broker, out, result);
+  }
+
+  /** Runs the INSERT to its end and prints the result line. */
+  private static void execute(TableEnvironment t, String insert, String broker, String out,
+      PrintStream result) throws Exception {
     Long before = endOffsets(broker, out);
     long start = System.nanoTime();
-    TableResult submitted = t.executeSql(query);
+    TableResult submitted = t.executeSql(insert);
     // The job finishes once the bounded source is exhausted, every window has fired and the
     // Kafka sink has flushed its producer (it does so at end of input).
     JobExecutionResult job = submitted.getJobClient().orElseThrow().getJobExecutionResult().get();
     double seconds = (System.nanoTime() - start) / 1e9;
+    double cpu = processCpuSeconds();
     Long after = endOffsets(broker, out);
     String records = before == null || after == null ? "null" : Long.toString(after - before);
 
     result.printf(Locale.ROOT, "{\"bench\":\"flink\",\"seconds\":%.3f,\"job_runtime_seconds\":%.3f,"
-            + "\"output_records\":%s}%n",
-        seconds, job.getNetRuntime(TimeUnit.MILLISECONDS) / 1e3, records);
+            + "\"output_records\":%s,\"cpu_seconds\":%.3f}%n",
+        seconds, job.getNetRuntime(TimeUnit.MILLISECONDS) / 1e3, records, cpu);
     result.flush();
+  }
+
+  /** CPU time of this JVM, all threads, or NaN if the JVM does not tell. */
+  private static double processCpuSeconds() {
+    if (ManagementFactory.getOperatingSystemMXBean()
+        instanceof com.sun.management.OperatingSystemMXBean os) {
+      long ns = os.getProcessCpuTime();
+      return ns < 0 ? Double.NaN : ns / 1e9;
+    }
+    return Double.NaN;
+  }
+
+  /** The number of committed records of the topic. */
+  private static long count(String broker, String topic) {
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, broker);
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+    p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+    p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10000");
+    long n = 0;
+    try (KafkaConsumer<byte[], byte[]> c =
+        new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+      List<TopicPartition> parts = new ArrayList<>();
+      for (PartitionInfo i : c.partitionsFor(topic, Duration.ofSeconds(30))) {
+        parts.add(new TopicPartition(topic, i.partition()));
+      }
+      c.assign(parts);
+      c.seekToBeginning(parts);
+      // read_committed: the end offsets are the last stable offsets.
+      Map<TopicPartition, Long> end = new HashMap<>(c.endOffsets(parts));
+      while (true) {
+        end.entrySet().removeIf(e -> c.position(e.getKey()) >= e.getValue());
+        if (end.isEmpty()) break;
+        ConsumerRecords<byte[], byte[]> r = c.poll(Duration.ofSeconds(1));
+        n += r.count();
+      }
+    }
+    return n;
+  }
+
+  /** Deletes the topics that exist. */
+  private static void delete(String broker, List<String> topics) throws Exception {
+    Properties p = new Properties();
+    p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, broker);
+    try (Admin admin = Admin.create(p)) {
+      List<String> present = new ArrayList<>(topics);
+      present.retainAll(admin.listTopics().names().get());
+      admin.deleteTopics(present).all().get();
+    }
   }
 
   /** A SQL string literal. */
