@@ -138,6 +138,11 @@ fn q2_selection() {
 }
 
 #[test]
+fn q5_hot_items() {
+    check("q5", &["bid"], 20);
+}
+
+#[test]
 fn q7_highest_bid() {
     check("q7", &["bid"], 5);
 }

@@ -321,9 +321,27 @@ pub enum SideInput {
     /// folded into a window already joined (they are dead-lettered).
     Windows {
         plan: Box<AggregatePlan>,
-        /// The result's key columns (group columns and the window).
+        /// The result's key columns (group columns and the window), in the
+        /// side's schema, or in the rollup's input schema if there is one.
         key_columns: Vec<usize>,
+        /// A second aggregation over the closed windows.
+        rollup: Option<Box<Rollup>>,
     },
+}
+
+/// A second aggregation over the closed windows of a windowed aggregation,
+/// grouped by their window column among others (Nexmark q5: `max(num) ...
+/// GROUP BY starttime` over per-auction counts). Every row of a window
+/// closes at once, so each window's groups are computed once, complete,
+/// when it closes; nothing is kept between windows.
+#[derive(Debug, Clone)]
+pub struct Rollup {
+    /// Over `input_schema`; grouped by the window column (not windowed itself).
+    pub plan: AggregatePlan,
+    /// The rollup's key columns in the side's schema.
+    pub key_columns: Vec<usize>,
+    /// The windowed aggregation's result schema: what the rollup reads.
+    pub input_schema: SchemaRef,
 }
 
 /// One input of a join: a source table, as rows or as windowed aggregates,

@@ -15,6 +15,7 @@ use crate::operator::continuous::ContinuousOperator;
 use crate::operator::emit::Emitter;
 use crate::operator::eval::{eval_array, eval_predicate};
 use crate::operator::join::{JoinOperator, Joined};
+use crate::operator::rollup::roll_up;
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
@@ -83,6 +84,7 @@ impl Query {
                 if let SideInput::Windows {
                     plan: a,
                     key_columns,
+                    rollup,
                 } = &side.input
                 {
                     // A window joins once, when it closes: no late updates.
@@ -90,7 +92,8 @@ impl Query {
                         retention_us: 0,
                         ..plan.options.clone()
                     };
-                    let emitter = Emitter::new(a, Arc::clone(&side.schema), key_columns.clone());
+                    let schema = rollup.as_ref().map_or(&side.schema, |r| &r.input_schema);
+                    let emitter = Emitter::new(a, Arc::clone(schema), key_columns.clone());
                     let source = Arc::clone(&plan.sources[side.source].schema);
                     side_operators[s] =
                         Some(Box::new(WindowOperator::new(a, &options, emitter, source)?));
@@ -334,6 +337,14 @@ impl Query {
                     let mut closed = Output::default();
                     op.handle_watermark(wm, &mut closed)?;
                     out.rejects.append(&mut closed.rejects);
+                    if let Some(side) = self.plan.join.as_ref().map(|j| &j.sides[s])
+                        && let SideInput::Windows {
+                            rollup: Some(r), ..
+                        } = &side.input
+                    {
+                        let closing = std::mem::take(&mut closed.changes);
+                        closed.changes = roll_up(r, &self.plan.options, &side.schema, closing)?;
+                    }
                     for c in closed.changes {
                         if c.deletes.as_ref().is_some_and(|d| d.true_count() > 0) {
                             return Err(EngineError::Internal(

@@ -23,8 +23,8 @@ use datafusion_physical_expr::expressions::Column as PhysicalColumn;
 use super::planner::{Chain, Lowering, StageInput, unsupported_node};
 use crate::error::{EngineError, Result};
 use crate::plan::{
-    AggregatePlan, JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, SideInput,
-    SourceTable, WindowSpec,
+    AggregatePlan, EventTime, JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, Rollup,
+    SideInput, SourceTable, WindowSpec,
 };
 
 pub use ubik_connector::PRIMARY_KEY_METADATA;
@@ -50,6 +50,8 @@ struct Windowed {
     /// Window size minus 1 µs: a result row's event time (its window's last
     /// instant) is its window column plus this.
     offset: i64,
+    /// A second aggregation over the closed windows (the side's result).
+    rollup: Option<Rollup>,
 }
 
 impl Lowering {
@@ -189,6 +191,7 @@ impl Lowering {
                 Some(w) => SideInput::Windows {
                     plan: Box::new(w.plan),
                     key_columns: w.key_columns,
+                    rollup: w.rollup.map(Box::new),
                 },
                 None => {
                     let projection = side
@@ -245,7 +248,10 @@ impl Lowering {
                 windows: None,
             }),
             LogicalPlan::Aggregate(agg) => {
-                let below = Chain::walk(&agg.input, false)?;
+                let below = Chain::walk(&agg.input, true)?;
+                if let LogicalPlan::Aggregate(_) = below.bottom {
+                    return self.rollup_side(plan, chain, agg);
+                }
                 let LogicalPlan::TableScan(scan) = below.bottom else {
                     return Err(unsupported_node(below.bottom));
                 };
@@ -275,11 +281,81 @@ impl Lowering {
                         key_columns: lowered.key_columns,
                         column,
                         offset,
+                        rollup: None,
                     }),
                 })
             }
             other => Err(unsupported_node(other)),
         }
+    }
+
+    /// A join input that aggregates the result of a windowed aggregation
+    /// again, grouped by its window column (Nexmark q5's `max(num) ... GROUP
+    /// BY starttime` over per-auction counts): a [`Rollup`] of each window
+    /// as it closes.
+    fn rollup_side<'a>(
+        &self,
+        plan: &'a LogicalPlan,
+        chain: Chain<'a>,
+        agg: &'a datafusion_expr::logical_plan::Aggregate,
+    ) -> Result<Side<'a>> {
+        let refuse = |what: &str| {
+            EngineError::unsupported(
+                format!("{what} in an aggregation over a windowed aggregation"),
+                "group the outer aggregation by the inner one's window column (and other columns), without a window function or HAVING",
+            )
+        };
+        let inner = self.side(&agg.input)?;
+        let Some(windows) = inner.windows else {
+            return Err(unreachable_sides());
+        };
+        if windows.rollup.is_some() {
+            return Err(refuse("a third level of aggregation"));
+        }
+        let input = Chain::over(&agg.input);
+        let stage_input = StageInput {
+            schema: Arc::clone(agg.input.schema()),
+            sources: Vec::new(),
+            join: None,
+        };
+        let mut lowered = self.lower_aggregation_over(plan, &chain, agg, &input, stage_input)?;
+        if lowered.plan.window.is_some() {
+            return Err(refuse("a window function"));
+        }
+        if lowered.plan.having.is_some() {
+            return Err(refuse("HAVING"));
+        }
+        // The GROUP BY column that is the inner window, and where the
+        // rollup's result has it: that is the side's window column.
+        let group = lowered
+            .plan
+            .group_exprs
+            .iter()
+            .position(|e| column_index(e) == Some(windows.column))
+            .ok_or_else(|| refuse("a GROUP BY without the inner window column"))?;
+        let column = lowered
+            .plan
+            .projection
+            .iter()
+            .position(|e| column_index(e) == Some(group))
+            .ok_or_else(|| refuse("a SELECT list without the window column"))?;
+        lowered.plan.event_time = EventTime::Column(Arc::clone(&lowered.plan.group_exprs[group]));
+        Ok(Side {
+            chain,
+            scan: inner.scan,
+            schema: plan.schema(),
+            windows: Some(Windowed {
+                rollup: Some(Rollup {
+                    plan: lowered.plan,
+                    key_columns: lowered.key_columns,
+                    input_schema: Arc::new(inner.schema.as_arrow().clone()),
+                }),
+                plan: windows.plan,
+                key_columns: windows.key_columns,
+                column,
+                offset: windows.offset,
+            }),
+        })
     }
 
     /// The versioned side, if any, and the time it is read as of.
@@ -617,4 +693,10 @@ pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) ->
         delay: delay_of(j.kind, side)?.saturating_add(j.sides[side].time_offset),
     };
     Ok(())
+}
+
+/// The input column an expression reads, if it is a bare column.
+fn column_index(e: &PhysicalExprRef) -> Option<usize> {
+    let any: &dyn std::any::Any = e.as_ref();
+    any.downcast_ref::<PhysicalColumn>().map(|c| c.index())
 }

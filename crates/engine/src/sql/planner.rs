@@ -187,6 +187,14 @@ pub(super) struct Chain<'a> {
 }
 
 impl<'a> Chain<'a> {
+    /// No nodes: expressions over `bottom`'s schema stay as they are.
+    pub(super) fn over(bottom: &'a LogicalPlan) -> Self {
+        Self {
+            nodes: Vec::new(),
+            bottom,
+        }
+    }
+
     /// Walks down single-input Projection/Filter/SubqueryAlias nodes.
     pub(super) fn walk(top: &'a LogicalPlan, stop_at_aggregate: bool) -> Result<Self> {
         let mut nodes = Vec::new();
@@ -578,10 +586,23 @@ impl Lowering {
         agg: &datafusion_expr::logical_plan::Aggregate,
     ) -> Result<LoweredAggregation> {
         let input = Chain::walk(&agg.input, false)?;
-        let mut stage_input = self.stage_input(input.bottom)?;
+        let stage_input = self.stage_input(input.bottom)?;
+        self.lower_aggregation_over(root, top, agg, &input, stage_input)
+    }
+
+    /// [`Self::lower_aggregation`] over a given input: `input` leads from
+    /// the aggregation down to the node whose schema `stage_input` has.
+    pub(super) fn lower_aggregation_over(
+        &self,
+        root: &LogicalPlan,
+        top: &Chain<'_>,
+        agg: &datafusion_expr::logical_plan::Aggregate,
+        input: &Chain<'_>,
+        mut stage_input: StageInput,
+    ) -> Result<LoweredAggregation> {
         let scan_schema = &Arc::clone(&stage_input.schema);
-        let groups = self.lower_group_by(agg, &input, &mut stage_input)?;
-        let aggregates = self.lower_aggregates(agg, &input, scan_schema)?;
+        let groups = self.lower_group_by(agg, input, &mut stage_input)?;
+        let aggregates = self.lower_aggregates(agg, input, scan_schema)?;
         let stage = stage_schema(agg)?;
         let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
         let key_columns = key_columns(&outputs, &stage, agg, &groups)?;

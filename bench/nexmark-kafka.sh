@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Nexmark Kafka to Kafka (issue: Nexmark, 3b): ubik against Flink SQL (bench/flink, a local
+# mini-cluster in one JVM) on the same topics, the same queries, one after the other in one run.
+#
+#   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 q1 q2 q7 q8"]
+#
+# 1. ubik writes one Nexmark stream of EVENTS events (all kinds; nexmark://TABLE?events=EVENTS
+#    with one base time: each table is its kind's events of that one stream) into the topics
+#    nx-bid-RUN, nx-person-RUN, nx-auction-RUN (those the queries read; PARTITIONS partitions,
+#    JSON values, RFC 3339 timestamps, no key), event time starting now (the broker's retention
+#    would delete records timestamped days ago).
+# 2. Each query in turn: ubik (bench/nexmark/QUERY.sql) and Flink (the published Flink SQL, see
+#    bench/flink/FlinkPeer.java) read the topics from the earliest to the latest offsets
+#    (bounded), event time date_time with 5 s lateness (ubik's default), and write their output to
+#    a topic of their own. ubik runs transactional (its default) and checkpoints every INTERVAL
+#    (as bench/kafka.sh); Flink runs without checkpoints (at-least-once sink, flushed at the end).
+# 3. The committed output records of both are counted (read_committed) and compared: q0/q1/q2
+#    must be equal; q7/q8 differences are reported.
+#
+# Figures: input records = records of the topics the query reads (bid: 92% of EVENTS; person +
+# auction for q8: 8%); ev/s = input records / wall seconds of the whole process (startup
+# included; Flink also by its job time); CPU = user + system seconds of the whole process (all
+# threads), per million input records; ev/CPU-s = input records per CPU second (per-core
+# efficiency). The broker's CPU during each run is shown too (it runs on the same 2 cores).
+#
+# Env: PARTITIONS (4), FLINK_PARALLELISM (2), EMIT (transactional|idempotent), INTERVAL (ubik's
+# checkpoint interval, 1s), CHECKPOINT=0 (ubik without a checkpoint directory), UBIK (a ubik
+# binary to use instead of building the release), KEEP=1 (keep the topics), FLINK=0 (ubik only).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+EVENTS=${1:-2000000}
+QUERIES=${2:-"q0 q1 q2 q7 q8"}
+PARTS=${PARTITIONS:-4}
+export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
+if [[ -n ${UBIK:-} ]]; then
+  PY=$(scripts/python-env.sh)
+else
+  source bench/common.sh
+fi
+B=$(testing/kafka/broker.sh start | tail -1)
+BROKER_PID=$(cat "${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/kafka-run/${UBIK_KAFKA_PORT:-39092}/kafka.pid")
+RUN=$(date +%s)-$$
+WORK=$(mktemp -d)
+TOPICS=()
+cleanup() {
+  if [[ ${KEEP:-0} != 1 && ${#TOPICS[@]} -gt 0 ]]; then
+    bench/flink/run.sh delete "$B" "${TOPICS[@]}" >/dev/null 2>"$WORK/delete.log" ||
+      { echo "could not delete the topics:" >&2; tail -5 "$WORK/delete.log" >&2; }
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+declare -A SCHEMA=(
+  [bid]="auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP, extra VARCHAR"
+  [person]="id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR, state VARCHAR, date_time TIMESTAMP, extra VARCHAR"
+  [auction]="id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra VARCHAR"
+)
+tables() { # query: the tables it reads
+  case $1 in
+  q8) echo person auction ;;
+  *) echo bid ;;
+  esac
+}
+topic() { echo "nx-$1-$RUN"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$BROKER_PID/stat"; } # the broker's utime + stime
+TICK=$(getconf CLK_TCK)
+
+# 1. The topics, from one stream: same events= and base for every table.
+NEEDED=$(for q in $QUERIES; do tables "$q"; done | tr ' ' '\n' | sort -u)
+BASE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+for t in $NEEDED; do
+  TOPICS+=("$(topic "$t")")
+  echo "== nexmark://$t?events=$EVENTS&base=$BASE -> $(topic "$t") ($PARTS partitions)" >&2
+  "$UBIK" run "SELECT * FROM $t" --from "nexmark://$t?events=$EVENTS&base=$BASE" \
+    --to "kafka://$B/$(topic "$t")?partitions=$PARTS" --emit idempotent -q 2>"$WORK/load-$t.log" ||
+    { cat "$WORK/load-$t.log" >&2; exit 1; }
+done
+declare -A RECORDS
+while read -r line; do
+  t=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["topic"])' "$line")
+  n=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["records"])' "$line")
+  RECORDS[$t]=$n
+done < <(bench/flink/run.sh count "$B" "${TOPICS[@]}" 2>"$WORK/count-in.log" | sed 's/,"process_seconds.*/}/')
+for t in $NEEDED; do echo "   $(topic "$t"): ${RECORDS[$(topic "$t")]} records" >&2; done
+
+# 2. The queries, ubik then Flink.
+ubik_flags=(--emit "${EMIT:-transactional}")
+RESULTS=$WORK/results.jsonl
+for q in $QUERIES; do
+  from=() input=0
+  for t in $(tables "$q"); do
+    from+=(--from "$t=kafka://$B/$(topic "$t")?start=earliest&end=latest" --schema "$t=${SCHEMA[$t]}")
+    input=$((input + RECORDS[$(topic "$t")]))
+  done
+  ck=()
+  [[ ${CHECKPOINT:-1} == 0 ]] || ck=(--checkpoint "$WORK/ck-$q" --checkpoint-interval "${INTERVAL:-1s}")
+  out=nx-out-ubik-$q-$RUN
+  TOPICS+=("$out")
+  b0=$(cpu_ticks)
+  /usr/bin/time -f '%e %U %S' -o "$WORK/ubik-$q.time" "$UBIK" run -f "bench/nexmark/$q.sql" "${from[@]}" \
+    --to "kafka://$B/$out?partitions=$PARTS" "${ubik_flags[@]}" "${ck[@]}" -q 2>"$WORK/ubik-$q.log" ||
+    { echo "ubik $q failed:" >&2; tail -20 "$WORK/ubik-$q.log" >&2; exit 1; }
+  b1=$(cpu_ticks)
+  read -r wall user sys < <(tail -1 "$WORK/ubik-$q.time")
+  echo "{\"query\":\"$q\",\"engine\":\"ubik\",\"input\":$input,\"topic\":\"$out\",\"seconds\":$wall,\"cpu\":$(echo "$user + $sys" | bc -l),\"broker_cpu\":$(echo "($b1 - $b0) / $TICK" | bc -l)}" | tee -a "$RESULTS" >&2
+
+  [[ ${FLINK:-1} != 0 ]] || continue
+  out=nx-out-flink-$q-$RUN
+  TOPICS+=("$out")
+  tabs=()
+  for t in $(tables "$q"); do tabs+=("$t=$(topic "$t")"); done
+  b0=$(cpu_ticks)
+  line=$(bench/flink/run.sh nexmark "$q" "$B" "$out" "${tabs[@]}" lateness_ms=5000 2>"$WORK/flink-$q.log") ||
+    { echo "flink $q failed:" >&2; tail -40 "$WORK/flink-$q.log" >&2; exit 1; }
+  b1=$(cpu_ticks)
+  "$PY" - "$line" "$q" "$input" "$out" "$(echo "($b1 - $b0) / $TICK" | bc -l)" <<'PY' | tee -a "$RESULTS" >&2
+import json, sys
+r = json.loads(sys.argv[1])
+print(json.dumps({"query": sys.argv[2], "engine": "flink", "input": int(sys.argv[3]),
+                  "topic": sys.argv[4], "seconds": r["process_seconds"],
+                  "job_seconds": r["seconds"], "cpu": r["process_cpu_seconds"],
+                  "broker_cpu": float(sys.argv[5])}))
+PY
+done
+
+# 3. Output records, counted once both engines are done (not timed).
+outs=$("$PY" -c 'import json,sys; print(" ".join(json.loads(l)["topic"] for l in open(sys.argv[1])))' "$RESULTS")
+# shellcheck disable=SC2086 # a list of topic names
+bench/flink/run.sh count "$B" $outs 2>"$WORK/count-out.log" | sed 's/,"process_seconds.*/}/' > "$WORK/counts.jsonl"
+
+"$PY" - "$RESULTS" "$WORK/counts.jsonl" "$EVENTS" "$PARTS" "$FLINK_PARALLELISM" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+counts = {c["topic"]: c["records"] for c in map(json.loads, open(sys.argv[2]))}
+events, parts, par = sys.argv[3], sys.argv[4], sys.argv[5]
+by = {}
+for r in runs:
+    r["output"] = counts.get(r["topic"])
+    by.setdefault(r["query"], {})[r["engine"]] = r
+
+def fmt(n):
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
+
+print(f"== Nexmark Kafka -> Kafka, {events} events ({parts} partitions); ubik: one pipeline; "
+      f"Flink: parallelism {par}; whole processes (startup included)")
+hdr = ("query", "input", "ubik ev/s", "ubik CPU s/M", "ubik ev/CPU-s",
+       "Flink ev/s (job)", "Flink CPU s/M", "Flink ev/CPU-s", "ev/s ubik/Flink", "CPU/ev Flink/ubik",
+       "broker CPU s/M ubik|Flink", "output ubik | Flink")
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * len(hdr))
+problems = []
+for q, e in by.items():
+    u, f = e["ubik"], e.get("flink")
+    n = u["input"]
+    row = [q, fmt(n), fmt(n / u["seconds"]), f"{u['cpu'] / n * 1e6:.2f}", fmt(n / u["cpu"])]
+    if f:
+        row += [f"{fmt(n / f['seconds'])} ({fmt(n / f['job_seconds'])})", f"{f['cpu'] / n * 1e6:.2f}",
+                fmt(n / f["cpu"]), f"{f['seconds'] / u['seconds']:.2f}x", f"{f['cpu'] / u['cpu']:.2f}x",
+                f"{u['broker_cpu'] / n * 1e6:.2f} / {f['broker_cpu'] / n * 1e6:.2f}"]
+        uo, fo = u["output"], f["output"]
+        same = uo == fo
+        row.append(f"{uo} | {fo}" + ("" if same else " (differ)"))
+        if not uo or not fo:
+            problems.append(f"{q}: an engine wrote no output (ubik {uo}, flink {fo})")
+        elif not same:
+            problems.append(f"{q}: output records differ: ubik {uo}, flink {fo} ({fo - uo:+d})")
+    else:
+        row += ["-"] * 5 + [f"{u['broker_cpu'] / n * 1e6:.2f} / -", f"{u['output']} | -"]
+        if not u["output"]:
+            problems.append(f"{q}: ubik wrote no output")
+    print("| " + " | ".join(row) + " |")
+for p in problems:
+    print("MISMATCH " + p if "differ" in p else "PROBLEM " + p)
+PY
