@@ -11,11 +11,14 @@
 #    would delete records timestamped days ago).
 # 2. Each query in turn: ubik (bench/nexmark/QUERY.sql) and Flink (the published Flink SQL, see
 #    bench/flink/FlinkPeer.java) read the topics from the earliest to the latest offsets
-#    (bounded), event time date_time with 5 s lateness (ubik's default), and write their output to
+#    (bounded), event time date_time with LATENESS seconds of lateness (default 5: ubik's
+#    default), and write their output to
 #    a topic of their own. ubik runs transactional (its default) and checkpoints every INTERVAL
 #    (as bench/kafka.sh); Flink runs without checkpoints (at-least-once sink, flushed at the end).
 # 3. The committed output records of both are counted (read_committed) and compared: q0/q1/q2
-#    must be equal; q7/q8 differences are reported.
+#    must be equal; q7/q8 differences are reported. Outputs of at most VERIFY_MAX records
+#    (default 200000: q2, q7, q8) are also compared by content: each record's values in column
+#    order, timestamps as instants, numbers rounded to 3 decimals, as multisets.
 #
 # Figures: input records = records of the topics the query reads (bid: 92% of EVENTS; person +
 # auction for q8: 8%); ev/s = input records / wall seconds of the whole process (startup
@@ -23,9 +26,12 @@
 # threads), per million input records; ev/CPU-s = input records per CPU second (per-core
 # efficiency). The broker's CPU during each run is shown too (it runs on the same 2 cores).
 #
-# Env: PARTITIONS (4), FLINK_PARALLELISM (2), EMIT (transactional|idempotent), INTERVAL (ubik's
-# checkpoint interval, 1s), CHECKPOINT=0 (ubik without a checkpoint directory), UBIK (a ubik
-# binary to use instead of building the release), KEEP=1 (keep the topics), FLINK=0 (ubik only).
+# Env: PARTITIONS (4), LATENESS (5, seconds), FLINK_PARALLELISM (2), EMIT
+# (transactional|idempotent), INTERVAL (ubik's checkpoint interval, 1s), CHECKPOINT=0 (ubik
+# without a checkpoint directory), UBIK (a ubik binary to use instead of building the release),
+# KEEP=1 (keep the topics), FLINK=0 (ubik only), VERIFY_MAX, UBIK_X (librdkafka settings for
+# ubik, space-separated key=value, e.g. UBIK_X=fetch.queue.backoff.ms=10: librdkafka's default of
+# 1000 ms idles the consumer whenever its queue was full, which halves ubik's read rate here).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
@@ -85,7 +91,9 @@ done < <(bench/flink/run.sh count "$B" "${TOPICS[@]}" 2>"$WORK/count-in.log" | s
 for t in $NEEDED; do echo "   $(topic "$t"): ${RECORDS[$(topic "$t")]} records" >&2; done
 
 # 2. The queries, ubik then Flink.
-ubik_flags=(--emit "${EMIT:-transactional}")
+LATENESS=${LATENESS:-5}
+ubik_flags=(--emit "${EMIT:-transactional}" --lateness "${LATENESS}s")
+for x in ${UBIK_X:-}; do ubik_flags+=(-X "$x"); done
 RESULTS=$WORK/results.jsonl
 for q in $QUERIES; do
   from=() input=0
@@ -103,7 +111,9 @@ for q in $QUERIES; do
     { echo "ubik $q failed:" >&2; tail -20 "$WORK/ubik-$q.log" >&2; exit 1; }
   b1=$(cpu_ticks)
   read -r wall user sys < <(tail -1 "$WORK/ubik-$q.time")
-  echo "{\"query\":\"$q\",\"engine\":\"ubik\",\"input\":$input,\"topic\":\"$out\",\"seconds\":$wall,\"cpu\":$(echo "$user + $sys" | bc -l),\"broker_cpu\":$(echo "($b1 - $b0) / $TICK" | bc -l)}" | tee -a "$RESULTS" >&2
+  awk -v q="$q" -v n="$input" -v t="$out" -v w="$wall" -v u="$user" -v s="$sys" -v b="$((b1 - b0))" -v k="$TICK" \
+    'BEGIN { printf "{\"query\":\"%s\",\"engine\":\"ubik\",\"input\":%d,\"topic\":\"%s\",\"seconds\":%.3f,\"cpu\":%.3f,\"broker_cpu\":%.3f}\n", q, n, t, w, u + s, b / k }' |
+    tee -a "$RESULTS" >&2
 
   [[ ${FLINK:-1} != 0 ]] || continue
   out=nx-out-flink-$q-$RUN
@@ -111,10 +121,12 @@ for q in $QUERIES; do
   tabs=()
   for t in $(tables "$q"); do tabs+=("$t=$(topic "$t")"); done
   b0=$(cpu_ticks)
-  line=$(bench/flink/run.sh nexmark "$q" "$B" "$out" "${tabs[@]}" lateness_ms=5000 2>"$WORK/flink-$q.log") ||
+  line=$(bench/flink/run.sh nexmark "$q" "$B" "$out" "${tabs[@]}" lateness_ms="$((LATENESS * 1000))" \
+    out_partitions="$PARTS" 2>"$WORK/flink-$q.log") ||
     { echo "flink $q failed:" >&2; tail -40 "$WORK/flink-$q.log" >&2; exit 1; }
   b1=$(cpu_ticks)
-  "$PY" - "$line" "$q" "$input" "$out" "$(echo "($b1 - $b0) / $TICK" | bc -l)" <<'PY' | tee -a "$RESULTS" >&2
+  broker_cpu=$(awk -v b="$((b1 - b0))" -v k="$TICK" 'BEGIN { print b / k }')
+  "$PY" - "$line" "$q" "$input" "$out" "$broker_cpu" <<'PY' | tee -a "$RESULTS" >&2
 import json, sys
 r = json.loads(sys.argv[1])
 print(json.dumps({"query": sys.argv[2], "engine": "flink", "input": int(sys.argv[3]),
@@ -129,24 +141,77 @@ outs=$("$PY" -c 'import json,sys; print(" ".join(json.loads(l)["topic"] for l in
 # shellcheck disable=SC2086 # a list of topic names
 bench/flink/run.sh count "$B" $outs 2>"$WORK/count-out.log" | sed 's/,"process_seconds.*/}/' > "$WORK/counts.jsonl"
 
-"$PY" - "$RESULTS" "$WORK/counts.jsonl" "$EVENTS" "$PARTS" "$FLINK_PARALLELISM" <<'PY'
+# Content of the smaller outputs, engine against engine.
+"$PY" - "$RESULTS" "$WORK/counts.jsonl" "$B" "${VERIFY_MAX:-200000}" > "$WORK/content.txt" <<'PY'
+import collections, json, sys
+from datetime import datetime
+import confluent_kafka as ck
+
+runs = [json.loads(l) for l in open(sys.argv[1])]
+counts = {c["topic"]: c["records"] for c in map(json.loads, open(sys.argv[2]))}
+broker, limit = sys.argv[3], int(sys.argv[4])
+
+def norm(v):
+    if isinstance(v, str) and len(v) >= 20 and v[4] == "-" and v[10] == "T" and v.endswith("Z"):
+        return datetime.fromisoformat(v).timestamp()
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return round(float(v), 3)
+    return v
+
+def rows(topic):
+    c = ck.Consumer({"bootstrap.servers": broker, "group.id": "nexmark-verify-" + topic,
+                     "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                     "enable.partition.eof": True, "enable.auto.commit": False})
+    parts = len(c.list_topics(topic, timeout=30).topics[topic].partitions)
+    c.subscribe([topic])
+    out, eof = collections.Counter(), set()
+    while len(eof) < parts:
+        for m in c.consume(10000, timeout=1.0):
+            if m.error():
+                if m.error().code() == ck.KafkaError._PARTITION_EOF:
+                    eof.add(m.partition())
+                continue
+            out[tuple(norm(v) for v in json.loads(m.value()).values())] += 1
+    c.close()
+    return out
+
+by = collections.defaultdict(dict)
+for r in runs:
+    by[r["query"]][r["engine"]] = r["topic"]
+for q, t in by.items():
+    if "flink" not in t:
+        continue
+    if max(counts.get(t["ubik"], 0), counts.get(t["flink"], 0)) > limit:
+        print(f"{q}: content not compared (more than {limit} records)")
+        continue
+    u, f = rows(t["ubik"]), rows(t["flink"])
+    if u == f:
+        print(f"{q}: same content ({sum(u.values())} records)")
+    else:
+        ou, of = u - f, f - u
+        print(f"{q}: content differs: {sum(ou.values())} records only from ubik, "
+              f"{sum(of.values())} only from Flink; e.g. ubik {list(ou)[:2]}, flink {list(of)[:2]}")
+PY
+
+"$PY" - "$RESULTS" "$WORK/counts.jsonl" "$EVENTS" "$PARTS" "$FLINK_PARALLELISM" \
+  "${ubik_flags[*]} $([[ ${CHECKPOINT:-1} == 0 ]] && echo "no checkpoint" || echo "--checkpoint-interval ${INTERVAL:-1s}")" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 counts = {c["topic"]: c["records"] for c in map(json.loads, open(sys.argv[2]))}
-events, parts, par = sys.argv[3], sys.argv[4], sys.argv[5]
+events, parts, par, flags = sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 by = {}
 for r in runs:
     r["output"] = counts.get(r["topic"])
     by.setdefault(r["query"], {})[r["engine"]] = r
 
 def fmt(n):
-    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} K" if n >= 1e4 else f"{n:.0f}"
 
-print(f"== Nexmark Kafka -> Kafka, {events} events ({parts} partitions); ubik: one pipeline; "
+print(f"== Nexmark Kafka -> Kafka, {events} events ({parts} partitions); ubik {flags}; "
       f"Flink: parallelism {par}; whole processes (startup included)")
 hdr = ("query", "input", "ubik ev/s", "ubik CPU s/M", "ubik ev/CPU-s",
        "Flink ev/s (job)", "Flink CPU s/M", "Flink ev/CPU-s", "ev/s ubik/Flink", "CPU/ev Flink/ubik",
-       "broker CPU s/M ubik|Flink", "output ubik | Flink")
+       "broker CPU s/M ubik / Flink", "output ubik / Flink")
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
 problems = []
@@ -160,16 +225,17 @@ for q, e in by.items():
                 f"{u['broker_cpu'] / n * 1e6:.2f} / {f['broker_cpu'] / n * 1e6:.2f}"]
         uo, fo = u["output"], f["output"]
         same = uo == fo
-        row.append(f"{uo} | {fo}" + ("" if same else " (differ)"))
+        row.append(f"{uo} / {fo}" + ("" if same else " (differ)"))
         if not uo or not fo:
             problems.append(f"{q}: an engine wrote no output (ubik {uo}, flink {fo})")
         elif not same:
             problems.append(f"{q}: output records differ: ubik {uo}, flink {fo} ({fo - uo:+d})")
     else:
-        row += ["-"] * 5 + [f"{u['broker_cpu'] / n * 1e6:.2f} / -", f"{u['output']} | -"]
+        row += ["-"] * 5 + [f"{u['broker_cpu'] / n * 1e6:.2f} / -", f"{u['output']} / -"]
         if not u["output"]:
             problems.append(f"{q}: ubik wrote no output")
     print("| " + " | ".join(row) + " |")
 for p in problems:
     print("MISMATCH " + p if "differ" in p else "PROBLEM " + p)
 PY
+cat "$WORK/content.txt"

@@ -5,11 +5,13 @@
 #   bench/flink/run.sh BROKER IN_TOPIC OUT_TOPIC
 #       bench/kafka.sh's per-merchant per-minute tumbling-window query: an upsert changelog
 #       keyed by (merchant, window start) to OUT_TOPIC.
-#   bench/flink/run.sh nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000]
+#   bench/flink/run.sh nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
 #       bench/nexmark-kafka.sh: Nexmark q0, q1, q2, q7 or q8 (the published Flink SQL) over the
 #       tables bid / person / auction as ubik writes them, e.g. bid=nx-bid; insert-only output.
-#   bench/flink/run.sh count BROKER TOPIC
-#       prints {"topic":TOPIC,"records":N}, N = the topic's committed records.
+#   bench/flink/run.sh count BROKER TOPIC...
+#       prints {"topic":TOPIC,"records":N} for each topic, N = its committed records.
+#   bench/flink/run.sh delete BROKER TOPIC...
+#       deletes the topics that exist.
 #
 # A query reads its topics from the earliest to the latest offsets at start (bounded) and prints
 # one JSON line to stdout:
@@ -24,7 +26,7 @@
 # source file changes).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-(($# >= 3)) || { echo "usage: $0 BROKER IN_TOPIC OUT_TOPIC | nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... | count BROKER TOPIC" >&2; exit 2; }
+(($# >= 3)) || { echo "usage: $0 BROKER IN_TOPIC OUT_TOPIC | nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... | count|delete BROKER TOPIC..." >&2; exit 2; }
 
 JAR=$HERE/target/flink-peer.jar
 if [[ ! -f $JAR || ! -d $HERE/target/lib ||
@@ -50,4 +52,5 @@ line=$(/usr/bin/time -f '%U %S' -o "$TMP/cpu" java "${JAVA_OPTS[@]}" -cp "$JAR:$
 end=$(date +%s.%N)
 process=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
 cpu=$(awk '{ printf "%.3f", $1 + $2 }' "$TMP/cpu")
-echo "${line%\}},\"process_seconds\":$process,\"process_cpu_seconds\":$cpu}"
+# The process's figures join the (last) result line; delete prints none.
+[[ -z $line ]] || echo "${line%\}},\"process_seconds\":$process,\"process_cpu_seconds\":$cpu}"

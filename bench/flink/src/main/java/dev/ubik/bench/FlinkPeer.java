@@ -6,13 +6,14 @@
  *       bench/kafka.sh: the per-merchant per-minute tumbling-window query. Reads IN_TOPIC (JSON
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
- *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000]
+ *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
  *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q7 or q8), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
  *       it (ubik's default lateness, 5 s). Every result is insert-only, written as JSON values
- *       without a key (the 'kafka' connector) to OUT_TOPIC.
+ *       without a key (the 'kafka' connector) to OUT_TOPIC, created with N partitions if it does
+ *       not exist and out_partitions is given (else the broker's default applies).
  *   FlinkPeer count BROKER TOPIC...
  *       Counts the committed records of each TOPIC (read_committed: transaction markers and
  *       aborted records left out) and prints one line {"topic":TOPIC,"records":N} for each.
@@ -53,6 +54,7 @@ import org.apache.flink.table.api.TableResult;
 import org.apache.flink.table.api.config.TableConfigOptions;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -65,7 +67,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public final class FlinkPeer {
   private static final String USAGE = "usage: FlinkPeer BROKER IN_TOPIC OUT_TOPIC\n"
-      + "       FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=N]\n"
+      + "       FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=N] [out_partitions=N]\n"
       + "       FlinkPeer count|delete BROKER TOPIC...";
 
   public static void main(String[] args) {
@@ -73,7 +75,7 @@ public final class FlinkPeer {
       if (args.length >= 1 && args[0].equals("nexmark")) {
         if (args.length < 5) usage();
         Map<String, String> opts = new LinkedHashMap<>();
-        for (int i = 5; i < args.length; i++) {
+        for (int i = 4; i < args.length; i++) {
           int eq = args[i].indexOf('=');
           if (eq <= 0) usage();
           opts.put(args[i].substring(0, eq), args[i].substring(eq + 1));
@@ -253,6 +255,9 @@ public final class FlinkPeer {
         + "  'format' = 'json',\n"
         + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
         + ")");
+    if (opts.containsKey("out_partitions")) {
+      createTopic(broker, out, Integer.parseInt(opts.get("out_partitions")));
+    }
     String insert = "INSERT INTO sink\n" + q.select();
     System.err.println("FlinkPeer " + name + ":\n" + insert);
     execute(t, insert, broker, out, result);
@@ -314,6 +319,16 @@ public final class FlinkPeer {
       }
     }
     return n;
+  }
+
+  /** Creates the topic with this many partitions (replication 1) unless it exists. */
+  private static void createTopic(String broker, String topic, int partitions) throws Exception {
+    Properties p = new Properties();
+    p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, broker);
+    try (Admin admin = Admin.create(p)) {
+      if (admin.listTopics().names().get().contains(topic)) return;
+      admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+    }
   }
 
   /** Deletes the topics that exist. */
