@@ -71,6 +71,7 @@ pub fn host_schema(plan: &ubik_engine::QueryPlan) -> SchemaRef {
 }
 
 /// Batches accumulating for one coalesced output batch.
+#[derive(Default)]
 struct Accumulator {
     memory: Vec<RecordBatch>,
     spilled: Option<(PathBuf, StreamWriter<BufWriter<std::fs::File>>)>,
@@ -118,14 +119,7 @@ impl HostPipeline {
             schema,
             key_columns,
             ready: VecDeque::new(),
-            acc: Accumulator {
-                memory: Vec::new(),
-                spilled: None,
-                rows: 0,
-                bytes: 0,
-                memory_bytes: 0,
-                since: None,
-            },
+            acc: Accumulator::default(),
             spill_seq: 0,
             out: Output::default(),
         };
@@ -286,17 +280,7 @@ impl HostPipeline {
         if self.acc.rows == 0 {
             return Ok(());
         }
-        let acc = std::mem::replace(
-            &mut self.acc,
-            Accumulator {
-                memory: Vec::new(),
-                spilled: None,
-                rows: 0,
-                bytes: 0,
-                memory_bytes: 0,
-                since: None,
-            },
-        );
+        let acc = std::mem::take(&mut self.acc);
         let compact = self.options.compact.then_some(self.key_columns.as_slice());
         if let Some((path, mut w)) = acc.spilled {
             for b in &acc.memory {
