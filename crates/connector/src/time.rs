@@ -4,6 +4,19 @@
 
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
 
+/// The wall clock, in microseconds since the Unix epoch (0 before it).
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// The wall clock, in milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    now_micros() / 1000
+}
+
 /// Parses a human duration such as `5s`, `250ms`, `1m`, `2h`, `1d`, `0`.
 pub fn parse_duration(text: &str) -> Option<i64> {
     let t = text.trim();

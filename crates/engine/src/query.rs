@@ -4,7 +4,6 @@
 //! global watermark (the minimum over partitions) advances.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
@@ -38,13 +37,6 @@ pub struct Query {
     progress: Progress,
     /// The global watermark the operator was last fired with.
     fired: i64,
-}
-
-fn wall_clock_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
 }
 
 impl Query {
@@ -634,7 +626,7 @@ fn stamp(
     match event_time {
         EventTime::Column(expr) => {
             let ts = to_micros(&eval_array(expr.as_ref(), batch)?)?;
-            let limit = wall_clock_micros().saturating_add(max_future);
+            let limit = ubik_connector::time::now_micros().saturating_add(max_future);
             let values = ts.values();
             for i in 0..n {
                 let kept = keep.as_ref().is_none_or(|k| k.value(i));

@@ -8,12 +8,13 @@
 //! when the sink opens and refuses (or, with `retention_check=warn`, warns
 //! once) before it writes a record the broker would delete.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use tracing::warn;
+use ubik_connector::time::{now_ms, write_rfc3339_micros};
 
 use crate::error::Error;
 
@@ -66,13 +67,6 @@ pub fn deleting_retention(
             retention_ms,
         }),
     )
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Checks each record timestamp against the topic's retention horizon.
@@ -150,7 +144,7 @@ fn human(ms: i64) -> String {
 
 fn rfc3339(ms: i64) -> String {
     let mut out = Vec::new();
-    ubik_connector::time::write_rfc3339_micros(&mut out, ms.saturating_mul(1000));
+    write_rfc3339_micros(&mut out, ms.saturating_mul(1000));
     String::from_utf8_lossy(&out).into_owned()
 }
 

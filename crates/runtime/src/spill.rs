@@ -17,34 +17,52 @@ use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::filter_record_batch;
 use arrow::ipc::reader::StreamReader;
-use arrow_row::{RowConverter, SortField};
+use arrow_row::{RowConverter, Rows, SortField};
 
 use crate::error::Result;
 
+/// The key columns of `batch` as comparable byte rows, with one converter
+/// for every batch of a flush.
+fn key_rows(
+    converter: &mut Option<RowConverter>,
+    batch: &RecordBatch,
+    key_columns: &[usize],
+) -> Result<Rows> {
+    let cols: Vec<ArrayRef> = key_columns
+        .iter()
+        .map(|&i| Arc::clone(batch.column(i)))
+        .collect();
+    let converter = match converter {
+        Some(c) => c,
+        None => converter.insert(RowConverter::new(
+            cols.iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect(),
+        )?),
+    };
+    Ok(converter.convert_columns(&cols)?)
+}
+
+/// `total` rows, the ones at `kept` set.
+fn mask(total: usize, kept: impl Iterator<Item = usize>) -> BooleanBuffer {
+    let mut keep = vec![false; total];
+    kept.for_each(|at| keep[at] = true);
+    BooleanBuffer::from(keep)
+}
+
 /// Marks, over `batches` taken as one sequence of rows, the last row of
-/// each key. Kept rows stay where they are: compacting is a filter.
-pub(crate) fn last_rows(
+/// each key. Kept rows stay where they are: compacting is a filter. The
+/// keys outlive each batch, so they are copied (once per distinct key).
+fn last_rows(
     batches: impl Iterator<Item = Result<RecordBatch>>,
     key_columns: &[usize],
 ) -> Result<BooleanBuffer> {
     let mut last: HashMap<Box<[u8]>, usize> = HashMap::new();
-    let mut converter: Option<RowConverter> = None;
+    let mut converter = None;
     let mut total = 0;
     for batch in batches {
         let batch = batch?;
-        let cols: Vec<ArrayRef> = key_columns
-            .iter()
-            .map(|&i| Arc::clone(batch.column(i)))
-            .collect();
-        let converter = match &mut converter {
-            Some(c) => c,
-            None => converter.insert(RowConverter::new(
-                cols.iter()
-                    .map(|c| SortField::new(c.data_type().clone()))
-                    .collect(),
-            )?),
-        };
-        let rows = converter.convert_columns(&cols)?;
+        let rows = key_rows(&mut converter, &batch, key_columns)?;
         for i in 0..batch.num_rows() {
             let key = rows.row(i).data();
             match last.get_mut(key) {
@@ -56,19 +74,21 @@ pub(crate) fn last_rows(
         }
         total += batch.num_rows();
     }
-    let mut keep = vec![false; total];
-    for &at in last.values() {
-        keep[at] = true;
-    }
-    Ok(BooleanBuffer::from(keep))
+    Ok(mask(total, last.into_values()))
 }
 
-/// `batch` keeping only the last row of each key.
+/// `batch` keeping only the last row of each key, where it stands (the
+/// in-memory form of [`last_rows`]: keys borrowed from one batch's rows).
 pub(crate) fn last_per_key(batch: &RecordBatch, key_columns: &[usize]) -> Result<RecordBatch> {
     if batch.num_rows() == 0 {
         return Ok(batch.clone());
     }
-    let keep = last_rows(std::iter::once(Ok(batch.clone())), key_columns)?;
+    let rows = key_rows(&mut None, batch, key_columns)?;
+    let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(batch.num_rows());
+    for i in 0..batch.num_rows() {
+        last.insert(rows.row(i).data(), i);
+    }
+    let keep = mask(batch.num_rows(), last.into_values());
     Ok(filter_record_batch(batch, &BooleanArray::new(keep, None))?)
 }
 

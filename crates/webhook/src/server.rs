@@ -14,13 +14,14 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{mpsc, oneshot};
 use tracing::error;
+use ubik_connector::time::now_ms;
 
 use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -55,13 +56,6 @@ pub struct AppState {
     door: Door,
     /// The column holding the dedupe id, when it is one of the schema's.
     dedupe_column: Option<usize>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 pub(crate) fn json_response(

@@ -18,10 +18,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use serde_json::json;
+use ubik_connector::time::now_ms;
 use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
 
 use crate::buffer::{self, Shared};
@@ -35,13 +36,6 @@ pub struct WebhookSource {
     /// `None` for a bounded run (`end=latest`): nothing is received.
     server: Option<Server>,
     schema: SchemaRef,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Who a webhook buffer belongs to: where it lives unless `buffer=` names a
