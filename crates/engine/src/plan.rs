@@ -302,11 +302,13 @@ impl JoinKind {
     }
 }
 
-/// What one side of a join reads from its source table.
+/// What one side of a join reads: a source table, or another join.
 #[derive(Debug, Clone)]
 pub enum SideInput {
     /// The source's rows, filtered and projected.
     Rows {
+        /// Index into [`QueryPlan::sources`].
+        source: usize,
         /// `WHERE` of the side's subquery, over the source schema.
         filter: Option<PhysicalExprRef>,
         /// The side's columns, over the source schema.
@@ -320,6 +322,8 @@ pub enum SideInput {
     /// minus 1 µs) as its event time; late rows beyond the watermark are not
     /// folded into a window already joined (they are dead-lettered).
     Windows {
+        /// Index into [`QueryPlan::sources`].
+        source: usize,
         plan: Box<AggregatePlan>,
         /// The result's key columns (group columns and the window), in the
         /// side's schema, or in the rollup's input schema if there is one.
@@ -327,6 +331,27 @@ pub enum SideInput {
         /// A second aggregation over the closed windows.
         rollup: Option<Box<Rollup>>,
     },
+    /// The rows another join emits (a join of three or more tables is a
+    /// tree of two-input joins). A row comes out of the inner join once
+    /// complete, so this side's time trails the inner join's watermark by
+    /// at most [`JoinPlan::lag`] of the outer join.
+    Join {
+        plan: Box<JoinPlan>,
+        /// `WHERE` of the side's subquery, over the inner join's schema.
+        filter: Option<PhysicalExprRef>,
+        /// The side's columns, over the inner join's schema.
+        projection: Vec<PhysicalExprRef>,
+    },
+}
+
+impl SideInput {
+    /// The source table the side reads, unless it reads a join.
+    pub fn source(&self) -> Option<usize> {
+        match self {
+            SideInput::Rows { source, .. } | SideInput::Windows { source, .. } => Some(*source),
+            SideInput::Join { .. } => None,
+        }
+    }
 }
 
 /// A second aggregation over the closed windows of a windowed aggregation,
@@ -348,8 +373,6 @@ pub struct Rollup {
 /// with the columns the join's schema has from this side.
 #[derive(Debug, Clone)]
 pub struct JoinSide {
-    /// Index into [`QueryPlan::sources`].
-    pub source: usize,
     pub input: SideInput,
     /// Schema of the side's rows (the join input's schema).
     pub schema: SchemaRef,
@@ -378,6 +401,40 @@ pub struct JoinPlan {
     /// What the stage uses as each row's event time, and how far it can
     /// trail the pair's completion.
     pub row_time: JoinRowTime,
+    /// How far (µs) this join's watermark trails the query's: 0 when both
+    /// sides read sources; for a side reading an inner join, the inner
+    /// join's own lag plus how far the side's time can lie before the
+    /// inner pair's completion. Pairs are complete only once every row
+    /// before this join's watermark has come out of its inner joins.
+    pub lag: i64,
+}
+
+impl JoinPlan {
+    /// Calls `f` with every source index the join's leaves read, so a
+    /// plan lowered against its own source list can be renumbered.
+    pub fn for_each_source_mut(&mut self, f: &mut dyn FnMut(&mut usize)) {
+        for side in &mut self.sides {
+            match &mut side.input {
+                SideInput::Rows { source, .. } | SideInput::Windows { source, .. } => f(source),
+                SideInput::Join { plan, .. } => plan.for_each_source_mut(f),
+            }
+        }
+    }
+
+    /// Whether `source` is read as the versioned table of a temporal join
+    /// anywhere in the join tree.
+    pub fn versions(&self, source: usize) -> bool {
+        self.sides
+            .iter()
+            .enumerate()
+            .any(|(s, side)| match &side.input {
+                SideInput::Join { plan, .. } => plan.versions(source),
+                input => {
+                    matches!(self.kind, JoinKind::Temporal { table } if table == s)
+                        && input.source() == Some(source)
+                }
+            })
+    }
 }
 
 /// The event time the stage gives a joined row. A pair is complete (known

@@ -13,14 +13,12 @@ use crate::error::{EngineError, Result};
 use crate::operator::continuous::ContinuousOperator;
 use crate::operator::emit::Emitter;
 use crate::operator::eval::{eval_array, eval_predicate};
-use crate::operator::join::{JoinOperator, Joined};
-use crate::operator::rollup::roll_up;
+use crate::operator::join::Joined;
+use crate::operator::join_node::{Arrival, JoinNode};
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
-use crate::plan::{
-    EventTime, JoinKind, PassthroughPlan, QueryKind, QueryOptions, QueryPlan, SideInput, WindowSpec,
-};
+use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
 use crate::progress::{PartitionProgress, Progress, source_of};
 use crate::state::StateEntry;
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
@@ -31,9 +29,8 @@ const JOINED_PARTITION: u32 = u32::MAX;
 pub struct Query {
     plan: Arc<QueryPlan>,
     operator: Option<Box<dyn Operator>>,
-    join: Option<JoinOperator>,
-    /// The windowed aggregation each join side reads, if it reads one.
-    side_operators: [Option<Box<dyn Operator>>; 2],
+    /// The join (tree) the stage reads from, if the query joins.
+    join: Option<JoinNode>,
     progress: Progress,
     /// The global watermark the operator was last fired with.
     fired: i64,
@@ -67,36 +64,18 @@ impl Query {
             _ => 0,
         };
         let join = match &plan.join {
-            Some(j) => Some(JoinOperator::new(j, Arc::clone(&plan.input_schema))?),
+            Some(j) => Some(JoinNode::new(
+                j,
+                Arc::clone(&plan.input_schema),
+                &plan.sources,
+                &plan.options,
+            )?),
             None => None,
         };
-        let mut side_operators: [Option<Box<dyn Operator>>; 2] = [None, None];
-        if let Some(j) = &plan.join {
-            for (s, side) in j.sides.iter().enumerate() {
-                if let SideInput::Windows {
-                    plan: a,
-                    key_columns,
-                    rollup,
-                } = &side.input
-                {
-                    // A window joins once, when it closes: no late updates.
-                    let options = QueryOptions {
-                        retention_us: 0,
-                        ..plan.options.clone()
-                    };
-                    let schema = rollup.as_ref().map_or(&side.schema, |r| &r.input_schema);
-                    let emitter = Emitter::new(a, Arc::clone(schema), key_columns.clone());
-                    let source = Arc::clone(&plan.sources[side.source].schema);
-                    side_operators[s] =
-                        Some(Box::new(WindowOperator::new(a, &options, emitter, source)?));
-                }
-            }
-        }
         Ok(Self {
             plan,
             operator,
             join,
-            side_operators,
             progress: Progress::new(lateness),
             fired: MIN_TIME,
         })
@@ -203,10 +182,7 @@ impl Query {
     ) -> Result<()> {
         let source = source_of(partition);
         self.check_schema(source, batch)?;
-        let plan = Arc::clone(&self.plan);
-        let versioned = plan.join.as_ref().is_some_and(
-            |j| matches!(j.kind, JoinKind::Temporal { table } if j.sides[table].source == source),
-        );
+        let versioned = self.plan.join.as_ref().is_some_and(|j| j.versions(source));
         if !versioned {
             out.rejects.extend((0..batch.num_rows()).map(|row| Reject {
                 partition,
@@ -226,82 +202,21 @@ impl Query {
         deletion: bool,
         out: &mut Output,
     ) -> Result<()> {
-        let plan = Arc::clone(&self.plan);
-        let Some(j) = &plan.join else {
+        let Some(join) = self.join.as_mut() else {
             return Ok(());
         };
-        let before = *self.progress.partition(partition);
-        let lateness = self.progress.lateness;
+        let rows = Arrival {
+            source,
+            partition,
+            batch,
+            deletion,
+            before: *self.progress.partition(partition),
+            lateness: self.progress.lateness,
+            max_future: self.plan.options.max_future_us,
+        };
         let rejects_before = out.rejects.len();
         let mut advanced = None;
-        for (s, side) in j.sides.iter().enumerate() {
-            // A versioned table keeps a version its filter refuses as an
-            // absent one (like a deletion): it still ends the version before it.
-            let versioned = matches!(j.kind, JoinKind::Temporal { table } if table == s);
-            if side.source != source || (deletion && !versioned) {
-                continue;
-            }
-            // Both sides of a self-join judge rows against the same progress.
-            let mut progress: PartitionProgress = before;
-            let (mut filter, event_time, projection) = match &side.input {
-                SideInput::Rows {
-                    filter,
-                    projection,
-                    event_time,
-                } => (
-                    filter.as_deref(),
-                    EventTime::Column(Arc::clone(event_time)),
-                    Some(projection),
-                ),
-                SideInput::Windows { plan: a, .. } => {
-                    (a.filter.as_deref(), a.event_time.clone(), None)
-                }
-            };
-            let version_filter = if versioned { filter.take() } else { None };
-            let stamped = stamp(
-                &mut progress,
-                lateness,
-                plan.options.max_future_us,
-                partition,
-                batch,
-                filter,
-                &event_time,
-                projection.is_some(),
-                out,
-            )?;
-            advanced.get_or_insert(progress);
-            let Some(stamped) = stamped else {
-                continue;
-            };
-            let Some(projection) = projection else {
-                self.side_operators[s]
-                    .as_mut()
-                    .ok_or_else(|| EngineError::Internal("side aggregation missing".into()))?
-                    .process_batch(stamped, out)?;
-                continue;
-            };
-            let columns = projection
-                .iter()
-                .map(|e| eval_array(e.as_ref(), &stamped.batch))
-                .collect::<Result<Vec<_>>>()?;
-            let rows = RecordBatch::try_new_with_options(
-                Arc::clone(&side.schema),
-                columns,
-                &arrow::array::RecordBatchOptions::new()
-                    .with_row_count(Some(stamped.batch.num_rows())),
-            )?;
-            let present = if deletion {
-                Some(vec![false; rows.num_rows()])
-            } else if versioned {
-                version_presence(version_filter, j, &stamped.batch, &rows)?
-            } else {
-                None
-            };
-            self.join
-                .as_mut()
-                .ok_or_else(|| EngineError::Internal("join operator missing".into()))?
-                .insert(s, rows, &stamped.times, present.as_deref())?;
-        }
+        join.arrive(&rows, &mut advanced, out)?;
         if let Some(p) = advanced {
             *self.progress.partition(partition) = p;
         }
@@ -323,37 +238,18 @@ impl Query {
         if wm > self.fired {
             self.fired = wm;
             if let Some(join) = self.join.as_mut() {
-                // Windows closed by this watermark join now, at their last instant.
-                for (s, op) in self.side_operators.iter_mut().enumerate() {
-                    let Some(op) = op.as_mut() else { continue };
-                    let mut closed = Output::default();
-                    op.handle_watermark(wm, &mut closed)?;
-                    out.rejects.append(&mut closed.rejects);
-                    if let Some(side) = self.plan.join.as_ref().map(|j| &j.sides[s])
-                        && let SideInput::Windows {
-                            rollup: Some(r), ..
-                        } = &side.input
-                    {
-                        let closing = std::mem::take(&mut closed.changes);
-                        closed.changes = roll_up(r, &self.plan.options, &side.schema, closing)?;
-                    }
-                    for c in closed.changes {
-                        if c.deletes.as_ref().is_some_and(|d| d.true_count() > 0) {
-                            return Err(EngineError::Internal(
-                                "an aggregation a join reads retracted a row".into(),
-                            ));
-                        }
-                        let times: Vec<i64> = c.timestamps.values().iter().map(|t| t - 1).collect();
-                        join.insert(s, c.rows, &times, None)?;
-                    }
-                }
-                let joined = join.fire(wm)?;
-                let delay = self.plan.join.as_ref().map_or(0, |j| j.row_time.delay);
+                let joined = join.fire(wm, &self.plan.options, out)?;
+                // The stage's watermark trails the query's by the join's
+                // lag plus the longest a row's time can lie before its
+                // pair's completion.
+                let delay = self
+                    .plan
+                    .join
+                    .as_ref()
+                    .map_or(0, |j| j.lag.saturating_add(j.row_time.delay));
                 if let Some(joined) = joined {
                     self.stage_joined(joined, delay, out)?;
                 }
-                // The stage's watermark trails the join's by the longest a
-                // row's time can lie before its pair's completion.
                 let stage_wm = if wm == MAX_TIME {
                     MAX_TIME
                 } else {
@@ -498,18 +394,8 @@ impl Query {
                     Some(op) => op.handle_checkpoint()?,
                     None => Default::default(),
                 };
-                if let Some(j) = &self.join {
+                if let Some(j) = self.join.as_mut() {
                     snapshot.batches.extend(j.snapshot()?);
-                }
-                for (s, op) in self.side_operators.iter_mut().enumerate() {
-                    if let Some(op) = op.as_mut() {
-                        snapshot.batches.extend(
-                            op.handle_checkpoint()?
-                                .batches
-                                .into_iter()
-                                .map(|(e, b)| (StateEntry::Side(s as u8, Box::new(e)), b)),
-                        );
-                    }
                 }
                 snapshot
             },
@@ -521,36 +407,11 @@ impl Query {
         self.progress = snapshot.progress;
         self.fired = snapshot.fired;
         let mut operator = snapshot.operator;
-        let mut side_states: [Vec<(StateEntry, arrow::array::RecordBatch)>; 2] =
-            [Vec::new(), Vec::new()];
-        let (inner, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut operator.batches)
-            .into_iter()
-            .partition(|(e, _)| matches!(e, StateEntry::Side(..)));
-        operator.batches = rest;
-        for (entry, batch) in inner {
-            if let StateEntry::Side(s, e) = entry {
-                side_states
-                    .get_mut(s as usize)
-                    .ok_or_else(|| EngineError::Checkpoint("join side out of range".into()))?
-                    .push((*e, batch));
-            }
-        }
-        for (op, states) in self.side_operators.iter_mut().zip(side_states) {
-            if let Some(op) = op.as_mut() {
-                op.restore(crate::operator::OperatorSnapshot::new(states))?;
-            }
-        }
         if let Some(j) = self.join.as_mut() {
-            let (sides, rest): (Vec<_>, Vec<_>) = operator
-                .batches
+            let (join, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut operator.batches)
                 .into_iter()
-                .partition(|(e, _)| matches!(e, StateEntry::JoinSide(_)));
-            for (entry, batch) in sides {
-                if let StateEntry::JoinSide(side) = entry {
-                    j.restore(side as usize, batch)?;
-                }
-            }
-            j.skip_fired(self.fired);
+                .partition(|(e, _)| matches!(e, StateEntry::JoinSide(_) | StateEntry::Side(..)));
+            j.restore(join, self.fired)?;
             operator.batches = rest;
         }
         if let Some(op) = self.operator.as_mut() {
@@ -562,12 +423,6 @@ impl Query {
     pub fn state_size(&self) -> usize {
         self.operator.as_ref().map_or(0, |o| o.state_size())
             + self.join.as_ref().map_or(0, |j| j.state_size())
-            + self
-                .side_operators
-                .iter()
-                .flatten()
-                .map(|o| o.state_size())
-                .sum::<usize>()
     }
 
     /// Keyed states (groups) held, plus the rows a join holds.
@@ -577,34 +432,10 @@ impl Query {
     }
 }
 
-/// Which versions of a versioned table are present: those passing the
-/// table's own filter (over its source rows) and the join's conditions on
-/// the table alone (over its side rows); `None` when every one is.
-fn version_presence(
-    filter: Option<&dyn datafusion_physical_expr::PhysicalExpr>,
-    join: &crate::plan::JoinPlan,
-    source_rows: &RecordBatch,
-    side_rows: &RecordBatch,
-) -> Result<Option<Vec<bool>>> {
-    let mut present: Option<Vec<bool>> = None;
-    let checks = [
-        filter.map(|f| (f, source_rows)),
-        join.version_condition.as_deref().map(|c| (c, side_rows)),
-    ];
-    for (expr, rows) in checks.into_iter().flatten() {
-        let keep = eval_predicate(expr, rows)?;
-        let p = present.get_or_insert_with(|| vec![true; keep.len()]);
-        for (i, v) in p.iter_mut().enumerate() {
-            *v &= keep.value(i);
-        }
-    }
-    Ok(present)
-}
-
 /// Applies WHERE, checks event times, and stamps each kept row with its
 /// partition's watermark before it.
 #[allow(clippy::too_many_arguments)]
-fn stamp(
+pub(crate) fn stamp(
     progress: &mut PartitionProgress,
     lateness: i64,
     max_future: i64,

@@ -264,6 +264,19 @@ const JOIN_CASES: &[Case] = &[
         ubik: "SELECT o.merchant, TUMBLE(m.ts, INTERVAL '30 SECONDS') AS w, count(*) AS n, max(o.amount) AS top FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 SECONDS' AND o.ts + INTERVAL '5 SECONDS' GROUP BY o.merchant, TUMBLE(m.ts, INTERVAL '30 SECONDS')",
         oracle: "SELECT o.merchant, date_bin(INTERVAL '30 seconds', m.ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, max(o.amount) AS top FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 seconds' AND o.ts + INTERVAL '5 seconds' GROUP BY 1, 2",
     },
+    // Three tables: an interval join over a temporal join.
+    Case {
+        name: "interval-over-temporal",
+        ubik: "SELECT m.region, TUMBLE(o.ts, INTERVAL '30 SECONDS') AS w, count(*) AS n, sum(o2.amount) AS total FROM orders o JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id JOIN orders o2 ON o2.merchant = o.merchant AND o2.ts BETWEEN o.ts AND o.ts + INTERVAL '3 SECONDS' GROUP BY m.region, TUMBLE(o.ts, INTERVAL '30 SECONDS')",
+        oracle: "WITH c AS (SELECT o.merchant, o.ts, m.region, rank() OVER (PARTITION BY o.merchant, o.ts, o.amount ORDER BY m.ts DESC) AS rn FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts <= o.ts) SELECT region, date_bin(INTERVAL '30 seconds', c.ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(o2.amount) AS total FROM c JOIN orders o2 ON o2.merchant = c.merchant AND o2.ts BETWEEN c.ts AND c.ts + INTERVAL '3 seconds' WHERE rn = 1 GROUP BY 1, 2",
+    },
+    // Three tables: a temporal join over an interval join whose time it
+    // reads can lie 5 s before the inner pair completes (a lag of 5 s).
+    Case {
+        name: "temporal-over-interval",
+        ubik: "SELECT v.region, TUMBLE(o.ts, INTERVAL '30 SECONDS') AS w, count(*) AS n, sum(o.amount) AS total FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 SECONDS' AND o.ts + INTERVAL '5 SECONDS' JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS v ON v.id = o.merchant GROUP BY v.region, TUMBLE(o.ts, INTERVAL '30 SECONDS')",
+        oracle: "WITH p AS (SELECT row_number() OVER () AS rid, o.merchant, o.ts, o.amount FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 seconds' AND o.ts + INTERVAL '5 seconds'), c AS (SELECT p.ts, p.amount, v.region, rank() OVER (PARTITION BY p.rid ORDER BY v.ts DESC) AS rn FROM p JOIN merchants v ON p.merchant = v.id AND v.ts <= p.ts) SELECT region, date_bin(INTERVAL '30 seconds', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total FROM c WHERE rn = 1 GROUP BY 1, 2",
+    },
 ];
 
 /// Joins: random orders and merchant updates, each source on 1 to 3

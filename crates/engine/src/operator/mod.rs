@@ -5,6 +5,7 @@ pub mod continuous;
 pub mod emit;
 pub mod eval;
 pub mod join;
+pub mod join_node;
 pub mod rollup;
 pub mod session;
 pub mod time_queue;

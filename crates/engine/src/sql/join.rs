@@ -31,14 +31,36 @@ pub use ubik_connector::PRIMARY_KEY_METADATA;
 
 const BOUNDED_ALTERNATIVES: &str = "bound it: an interval join (AND b.ts BETWEEN a.ts - INTERVAL '1' HOUR AND a.ts + INTERVAL '1' HOUR), a temporal join on a versioned table (JOIN t FOR SYSTEM_TIME AS OF a.ts, or declare t's schema with PRIMARY KEY), or join the results of two windowed aggregations";
 
-/// One side of the join, as the chain above its table scan.
+/// One side of the join, as the chain above its table scan or inner join.
 struct Side<'a> {
     chain: Chain<'a>,
-    scan: &'a datafusion_expr::logical_plan::TableScan,
+    bottom: Bottom<'a>,
     /// The join input's schema (the side's columns as the join sees them).
     schema: &'a DFSchemaRef,
     /// A windowed aggregation between the chain and the scan.
     windows: Option<Windowed>,
+}
+
+/// What a side's chain reads.
+enum Bottom<'a> {
+    Scan(&'a datafusion_expr::logical_plan::TableScan),
+    /// An inner join, lowered (a join of three or more tables).
+    Join {
+        input: Box<StageInput>,
+        /// The side's column that is the inner join's row time, if the
+        /// chain keeps it: the side's time when the query names none.
+        row_time: Option<usize>,
+    },
+}
+
+impl Side<'_> {
+    /// The side's name in messages.
+    fn name(&self) -> String {
+        match &self.bottom {
+            Bottom::Scan(scan) => format!("`{}`", scan.table_name.table()),
+            Bottom::Join { .. } => "the inner join".into(),
+        }
+    }
 }
 
 /// A side that is a windowed aggregation.
@@ -140,18 +162,22 @@ impl Lowering {
                 let stream = 1 - table;
                 let table_time = single_timestamp(sides[table].schema, None).ok_or_else(|| {
                     EngineError::Schema(format!(
-                        "the versioned table `{}` needs exactly one TIMESTAMP column: a version is valid from that time until the key's next version",
-                        sides[table].scan.table_name.table()
+                        "the versioned table {} needs exactly one TIMESTAMP column: a version is valid from that time until the key's next version",
+                        sides[table].name()
                     ))
                 })?;
                 let stream_time = single_timestamp(
                     sides[stream].schema,
                     as_of.as_deref().or(self.options.event_time.as_deref()),
                 )
+                .or(match &sides[stream].bottom {
+                    Bottom::Join { row_time, .. } => *row_time,
+                    Bottom::Scan(_) => None,
+                })
                 .ok_or_else(|| {
                     EngineError::Schema(format!(
-                        "the stream side `{}` of the temporal join needs its event-time column: name it with FOR SYSTEM_TIME AS OF <column> or the event_time setting",
-                        sides[stream].scan.table_name.table()
+                        "the stream side {} of the temporal join needs its event-time column: name it with FOR SYSTEM_TIME AS OF <column> or the event_time setting",
+                        sides[stream].name()
                     ))
                 })?;
                 let mut times = [0; 2];
@@ -172,43 +198,71 @@ impl Lowering {
         };
         let mut lowered = Vec::with_capacity(2);
         let mut sources: Vec<SourceTable> = Vec::new();
-        for (s, side) in sides.into_iter().enumerate() {
-            let scan_schema = &side.scan.projected_schema;
-            let source = self.source_of(side.scan);
-            let index = match sources.iter().position(|t| t.name == source.name) {
+        let mut add_source =
+            |source: SourceTable| match sources.iter().position(|t| t.name == source.name) {
                 Some(i) => i,
                 None => {
                     sources.push(source);
                     sources.len() - 1
                 }
             };
+        let mut lag = 0;
+        for (s, side) in sides.into_iter().enumerate() {
             let key_exprs = keys[s]
                 .iter()
                 .map(|e| self.physical(e, side.schema))
                 .collect::<Result<Vec<_>>>()?;
-            let time_offset = side.windows.as_ref().map_or(0, |w| w.offset);
-            let input = match side.windows {
-                Some(w) => SideInput::Windows {
-                    plan: Box::new(w.plan),
-                    key_columns: w.key_columns,
-                    rollup: w.rollup.map(Box::new),
-                },
-                None => {
+            let (input, time_offset) = match (side.windows, side.bottom) {
+                (Some(w), Bottom::Scan(scan)) => (
+                    SideInput::Windows {
+                        source: add_source(self.source_of(scan)),
+                        plan: Box::new(w.plan),
+                        key_columns: w.key_columns,
+                        rollup: w.rollup.map(Box::new),
+                    },
+                    w.offset,
+                ),
+                (None, Bottom::Scan(scan)) => {
+                    let scan_schema = &scan.projected_schema;
                     let projection = side
                         .chain
                         .outputs(side.schema)?
                         .iter()
                         .map(|e| self.physical(e, scan_schema))
                         .collect::<Result<Vec<_>>>()?;
-                    SideInput::Rows {
+                    let input = SideInput::Rows {
+                        source: add_source(self.source_of(scan)),
                         filter: self.conjunction(side.chain.filters()?, scan_schema)?,
                         event_time: Arc::clone(&projection[times[s]]),
                         projection,
-                    }
+                    };
+                    (input, 0)
                 }
+                (None, Bottom::Join { input, .. }) => {
+                    let input = *input;
+                    let mut inner = input.join.ok_or_else(unreachable_sides)?;
+                    let renumber: Vec<usize> =
+                        input.sources.into_iter().map(&mut add_source).collect();
+                    inner.for_each_source_mut(&mut |i| *i = renumber[*i]);
+                    let projection = side
+                        .chain
+                        .outputs(side.schema)?
+                        .iter()
+                        .map(|e| self.physical(e, &input.schema))
+                        .collect::<Result<Vec<_>>>()?;
+                    let (side_lag, offset) =
+                        inner_time(&inner, &input.schema, &projection[times[s]])?;
+                    lag = lag.max(side_lag);
+                    let input = SideInput::Join {
+                        filter: self.conjunction(side.chain.filters()?, &input.schema)?,
+                        plan: Box::new(inner),
+                        projection,
+                    };
+                    (input, offset)
+                }
+                (Some(_), Bottom::Join { .. }) => return Err(unreachable_sides()),
             };
             lowered.push(JoinSide {
-                source: index,
                 input,
                 schema: Arc::new(side.schema.as_arrow().clone()),
                 time_column: times[s],
@@ -232,6 +286,7 @@ impl Lowering {
                 condition,
                 version_condition,
                 row_time,
+                lag,
             }),
         })
     }
@@ -243,17 +298,45 @@ impl Lowering {
         match chain.bottom {
             LogicalPlan::TableScan(scan) => Ok(Side {
                 chain,
-                scan,
+                bottom: Bottom::Scan(scan),
                 schema: plan.schema(),
                 windows: None,
             }),
+            LogicalPlan::Join(inner) => {
+                let input = self.lower_join(inner)?;
+                let j = input.join.as_ref().ok_or_else(unreachable_sides)?;
+                // The inner join's row time, as a column the chain keeps.
+                let (q, f) = inner
+                    .schema
+                    .qualified_field(joined_index(j, j.row_time.side));
+                let time = Expr::Column(Column::from((q, f)));
+                let row_time = chain
+                    .outputs(plan.schema())?
+                    .iter()
+                    .position(|e| e == &time);
+                Ok(Side {
+                    chain,
+                    bottom: Bottom::Join {
+                        input: Box::new(input),
+                        row_time,
+                    },
+                    schema: plan.schema(),
+                    windows: None,
+                })
+            }
             LogicalPlan::Aggregate(agg) => {
                 let below = Chain::walk(&agg.input, true)?;
                 if let LogicalPlan::Aggregate(_) = below.bottom {
                     return self.rollup_side(plan, chain, agg);
                 }
                 let LogicalPlan::TableScan(scan) = below.bottom else {
-                    return Err(unsupported_node(below.bottom));
+                    return Err(match below.bottom {
+                        LogicalPlan::Join(_) => EngineError::unsupported(
+                            "an aggregation of a join cannot be joined again yet",
+                            "join all the tables first and aggregate the result, or publish the aggregation to a topic and join that in a second pipeline",
+                        ),
+                        other => unsupported_node(other),
+                    });
                 };
                 let lowered = self.lower_aggregation(plan, &chain, agg)?;
                 let offset = match lowered.plan.window {
@@ -274,7 +357,7 @@ impl Lowering {
                 let column = lowered.window_output.ok_or_else(unreachable_sides)?;
                 Ok(Side {
                     chain,
-                    scan,
+                    bottom: Bottom::Scan(scan),
                     schema: plan.schema(),
                     windows: Some(Windowed {
                         plan: lowered.plan,
@@ -342,7 +425,7 @@ impl Lowering {
         lowered.plan.event_time = EventTime::Column(Arc::clone(&lowered.plan.group_exprs[group]));
         Ok(Side {
             chain,
-            scan: inner.scan,
+            bottom: inner.bottom,
             schema: plan.schema(),
             windows: Some(Windowed {
                 rollup: Some(Rollup {
@@ -362,26 +445,26 @@ impl Lowering {
     fn versioned_side(&self, sides: &[Side<'_>; 2]) -> Result<Option<(usize, Option<String>)>> {
         let mut found = Vec::new();
         for (s, side) in sides.iter().enumerate() {
-            let table = side.scan.table_name.table().to_string();
+            // An aggregation or a join is never a versioned table.
+            let Bottom::Scan(scan) = &side.bottom else {
+                continue;
+            };
+            if side.windows.is_some() {
+                continue;
+            }
+            let table = scan.table_name.table().to_string();
             let names: Vec<String> = side.chain.aliases().into_iter().chain([table]).collect();
             let marked = self
                 .versioned
                 .iter()
                 .find(|v| names.iter().any(|n| n == &v.name));
-            let keyed = side
-                .scan
+            let keyed = scan
                 .source
                 .schema()
                 .metadata()
                 .contains_key(PRIMARY_KEY_METADATA);
-            if side.windows.is_some() {
-                continue;
-            }
             if let Some(v) = marked {
-                found.push((
-                    s,
-                    Some(v.as_of.rsplit('.').next().unwrap_or("").to_string()),
-                ));
+                found.push((s, Some(v.as_of.clone())));
             } else if keyed {
                 found.push((s, None));
             }
@@ -426,15 +509,56 @@ fn equi_key(expr: &Expr, sides: &[Side<'_>; 2]) -> Option<(Expr, Expr)> {
 }
 
 /// The index of the event-time column in a side's schema: `name` if given
-/// and present, else its only TIMESTAMP column.
+/// and present (qualified, as in `o.ts`, or by its bare name), else its
+/// only TIMESTAMP column.
 fn single_timestamp(schema: &DFSchema, name: Option<&str>) -> Option<usize> {
     let fields = schema.as_arrow().fields();
-    if let Some(name) = name
-        && let Some(i) = fields.iter().position(|f| f.name() == name)
-    {
-        return Some(i);
+    if let Some(name) = name {
+        if let Ok(i) = schema.index_of_column(&Column::from_qualified_name(name)) {
+            return Some(i);
+        }
+        let bare = name.rsplit('.').next().unwrap_or(name);
+        if let Some(i) = fields.iter().position(|f| f.name() == bare) {
+            return Some(i);
+        }
     }
     super::planner::only_timestamp(fields)
+}
+
+/// For a side reading an inner join, whose time is `time` (over the inner
+/// join's schema): how far that time trails the query's watermark (the
+/// outer join's lag) and its offset. It must be one of the inner join's
+/// two event-time columns, whose lag behind the inner pairs' completion
+/// is known.
+fn inner_time(inner: &JoinPlan, schema: &DFSchema, time: &PhysicalExprRef) -> Result<(i64, i64)> {
+    // A temporal join's table time is not one: versions arrive any time.
+    let usable: Vec<usize> = (0..2)
+        .filter(|&s| delay_of(inner.kind, s).is_ok())
+        .collect();
+    let side = column_index(time).and_then(|i| {
+        usable
+            .iter()
+            .copied()
+            .find(|&s| joined_index(inner, s) == i)
+    });
+    let Some(side) = side else {
+        let names: Vec<String> = usable
+            .iter()
+            .map(|&s| {
+                let (q, f) = schema.qualified_field(joined_index(inner, s));
+                Column::from((q, f)).to_string()
+            })
+            .collect();
+        return Err(EngineError::unsupported(
+            "a join over a join must take its time from an event-time column of the inner join that the inner join bounds (an interval join's time columns, or the stream side's in a temporal join)",
+            format!(
+                "use {} in the outer join's time condition or FOR SYSTEM_TIME AS OF",
+                names.join(" or ")
+            ),
+        ));
+    };
+    let lag = inner.lag.saturating_add(delay_of(inner.kind, side)?);
+    Ok((lag, inner.sides[side].time_offset))
 }
 
 /// `column + offset` (µs) for a column plus or minus constant intervals.

@@ -313,8 +313,8 @@ pub(super) fn unsupported_node(plan: &LogicalPlan) -> EngineError {
             "remove LIMIT; bound the input instead (e.g. kafka://...?end=latest)",
         ),
         LogicalPlan::Join(_) => EngineError::unsupported(
-            "a join reads two inputs, each a source table or a TUMBLE/HOP aggregation of one; a join of three or more tables (a join over a join) is not supported yet",
-            "join two of the tables in ubik and publish the result to a topic, then join that topic with the third in a second pipeline",
+            "a join cannot read this input: each side is a source table, a TUMBLE/HOP aggregation of one, or another join",
+            "rewrite the side as one of those",
         ),
         LogicalPlan::Window(_) => EngineError::unsupported(
             "SQL window functions (OVER ...) are not supported; ubik's windows are TUMBLE, HOP and SESSION in GROUP BY",
