@@ -2,7 +2,7 @@
 # Nexmark Kafka to Kafka (issue: Nexmark, 3b): ubik against Flink SQL (bench/flink, a local
 # mini-cluster in one JVM) on the same topics, the same queries, one after the other in one run.
 #
-#   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 q1 q2 q7 q8"]
+#   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 q1 q2 q3 q7 q8"]
 #
 # 1. ubik writes one Nexmark stream of EVENTS events (all kinds; nexmark://TABLE?events=EVENTS
 #    with one base time: each table is its kind's events of that one stream) into the topics
@@ -16,7 +16,8 @@
 #    a topic of their own. ubik runs transactional (its default) and checkpoints every INTERVAL
 #    (as bench/kafka.sh); Flink runs without checkpoints (at-least-once sink, flushed at the end).
 # 3. The committed output records of both are counted (read_committed) and compared: q0/q1/q2
-#    must be equal; q7/q8 differences are reported. Outputs of at most VERIFY_MAX records
+#    must be equal; q3/q7/q8 differences are reported (q3: about 1% of auctions name a seller
+#    registered after them, which Flink's regular join pairs and ubik's temporal join does not). Outputs of at most VERIFY_MAX records
 #    (default 200000: q2, q7, q8) are also compared by content: each record's values in column
 #    order, timestamps as instants, numbers rounded to 3 decimals, as multisets.
 #
@@ -35,7 +36,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
-QUERIES=${2:-"q0 q1 q2 q7 q8"}
+QUERIES=${2:-"q0 q1 q2 q3 q7 q8"}
 PARTS=${PARTITIONS:-4}
 export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
 if [[ -n ${UBIK:-} ]]; then
@@ -64,7 +65,7 @@ declare -A SCHEMA=(
 )
 tables() { # query: the tables it reads
   case $1 in
-  q8) echo person auction ;;
+  q3 | q8) echo person auction ;;
   *) echo bid ;;
   esac
 }

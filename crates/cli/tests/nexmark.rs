@@ -138,6 +138,11 @@ fn q2_selection() {
 }
 
 #[test]
+fn q3_local_item_suggestion() {
+    check("q3", &["auction", "person"], 20);
+}
+
+#[test]
 fn q5_hot_items() {
     check("q5", &["bid"], 20);
 }

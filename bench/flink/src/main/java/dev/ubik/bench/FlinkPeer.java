@@ -7,7 +7,7 @@
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
  *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
- *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q7 or q8), the published Flink SQL
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q7 or q8), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
@@ -196,6 +196,12 @@ public final class FlinkPeer {
       "q2", new Nexmark(List.of("bid"),
           "auction BIGINT, price BIGINT",
           "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+      "q3", new Nexmark(List.of("person", "auction"),
+          "name STRING, city STRING, state STRING, id BIGINT",
+          // The generator (the `nexmark` crate) writes states in lower case.
+          "SELECT P.name, P.city, P.state, A.id\n"
+              + "FROM auction AS A INNER JOIN person AS P on A.seller = P.id\n"
+              + "WHERE A.category = 10 and (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"),
       "q7", new Nexmark(List.of("bid"),
           "auction BIGINT, price BIGINT, bidder BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
           "SELECT B.auction, B.price, B.bidder, B.date_time, B.extra\n"
