@@ -570,6 +570,36 @@ fn tombstones_delete_versions_at_their_record_timestamp() {
     assert_matches("temporal join with tombstones", &fold_recs(&recs), &j.want);
 }
 
+/// A tombstone whose key fits no reading of the primary key (a JSON array
+/// of two values for a one-column key) stops the run (`--on-error fail`,
+/// the default) with a message that says what a tombstone's key must be.
+#[test]
+fn a_bad_tombstone_key_is_named_as_such() {
+    let Some(_broker) = serial() else { return };
+    let j = versioned_join_with_tombstones();
+    produce_versions(
+        &j.merchants,
+        &[(
+            r#"["m001","x"]"#.to_string(),
+            None,
+            ubik_testkit::events::BASE_MS + 99_999,
+        )],
+    );
+    let o = run_versioned_join(&j, &unique("bad-key-out"), &[])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(
+        !o.status.success(),
+        "a bad tombstone key must not pass: {err}"
+    );
+    assert!(
+        err.contains("a tombstone's key fits no reading of the primary key (id)")
+            && err.contains("a JSON array of 1 value(s)"),
+        "{err}"
+    );
+}
+
 /// The versioned join killed with -9 at random moments and resumed from its
 /// checkpoint: the committed fold equals the oracle, and every committed
 /// record is byte-identical to one of an uninterrupted run.

@@ -132,7 +132,20 @@ impl Input {
             }
         };
         let refs: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
-        Ok(decoder.decode(&refs)?)
+        let mut decoded = decoder.decode(&refs)?;
+        // A key that fits no reading was decoded as nothing: say what a
+        // tombstone's key must look like instead of "empty record".
+        for bad in &mut decoded.bad {
+            if objects[bad.index].is_empty() {
+                bad.field = None;
+                bad.reason = format!(
+                    "a tombstone's key fits no reading of the primary key ({}): expected a plain string or JSON scalar (a one-column key), a JSON array of {} value(s) in key order, or a JSON object of the key columns",
+                    primary_key.join(", "),
+                    primary_key.len()
+                );
+            }
+        }
+        Ok(decoded)
     }
 }
 
