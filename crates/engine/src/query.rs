@@ -425,10 +425,11 @@ impl Query {
             + self.join.as_ref().map_or(0, |j| j.state_size())
     }
 
-    /// Keyed states (groups) held, plus the rows a join holds.
+    /// Keyed states (groups) held, plus the rows a join holds and the
+    /// groups of the aggregations its sides read.
     pub fn state_keys(&self) -> usize {
         self.operator.as_ref().map_or(0, |o| o.state_keys())
-            + self.join.as_ref().map_or(0, |j| j.state_rows())
+            + self.join.as_ref().map_or(0, |j| j.state_keys())
     }
 }
 

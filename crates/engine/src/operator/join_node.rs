@@ -359,15 +359,17 @@ impl JoinNode {
                 .sum::<usize>()
     }
 
-    /// Rows the joins of the tree hold.
-    pub fn state_rows(&self) -> usize {
+    /// Open keys of the tree: rows its joins hold plus the groups of the
+    /// aggregations its sides read.
+    pub fn state_keys(&self) -> usize {
         self.operator.state_rows()
             + self
                 .feeds
                 .iter()
                 .map(|f| match f {
-                    Feed::Join(node) => node.state_rows(),
-                    _ => 0,
+                    Feed::Rows => 0,
+                    Feed::Windows(op) => op.state_keys(),
+                    Feed::Join(node) => node.state_keys(),
                 })
                 .sum::<usize>()
     }

@@ -7,7 +7,7 @@
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
  *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
- *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q7 or q8), the published Flink SQL
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7 or q8), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
@@ -182,7 +182,13 @@ public final class FlinkPeer {
           + "  url STRING,\n  date_time TIMESTAMP_LTZ(3),\n  extra STRING,\n");
 
   /** A Nexmark query: the tables it reads, its sink's columns, and its INSERT. */
-  private record Nexmark(List<String> tables, String sinkColumns, String select) {}
+  /** A query's tables, sink columns and SELECT; `upsertKey`: its result is an update stream,
+   * written with upsert-kafka keyed by these columns (null: append-only, plain kafka). */
+  private record Nexmark(List<String> tables, String sinkColumns, String select, String upsertKey) {
+    Nexmark(List<String> tables, String sinkColumns, String select) {
+      this(tables, sinkColumns, select, null);
+    }
+  }
 
   // The published Flink SQL (github.com/nexmark/nexmark, nexmark-flink/src/main/resources/queries),
   // dateTime renamed date_time; sink columns in the SELECT's order.
@@ -202,6 +208,34 @@ public final class FlinkPeer {
           "SELECT P.name, P.city, P.state, A.id\n"
               + "FROM auction AS A INNER JOIN person AS P on A.seller = P.id\n"
               + "WHERE A.category = 10 and (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"),
+      // The published q5 with starttime in the result, as ubik's (several windows hold one
+      // auction). MaxBids is a regular GROUP BY: its maximum is revised as windows fill, so the
+      // join's result is an update stream (written as upserts, folded to compare).
+      "q5", new Nexmark(List.of("bid"),
+          "auction BIGINT, num BIGINT, starttime TIMESTAMP_LTZ(3)",
+          "SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.starttime\n"
+              + "FROM (\n"
+              + "  SELECT B1.auction, count(*) AS num,\n"
+              + "    HOP_START(B1.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) AS starttime,\n"
+              + "    HOP_END(B1.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) AS endtime\n"
+              + "  FROM bid B1\n"
+              + "  GROUP BY B1.auction, HOP(B1.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)\n"
+              + ") AS AuctionBids\n"
+              + "JOIN (\n"
+              + "  SELECT max(CountBids.num) AS maxn, CountBids.starttime, CountBids.endtime\n"
+              + "  FROM (\n"
+              + "    SELECT count(*) AS num,\n"
+              + "      HOP_START(B2.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) AS starttime,\n"
+              + "      HOP_END(B2.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND) AS endtime\n"
+              + "    FROM bid B2\n"
+              + "    GROUP BY B2.auction, HOP(B2.date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)\n"
+              + "  ) AS CountBids\n"
+              + "  GROUP BY CountBids.starttime, CountBids.endtime\n"
+              + ") AS MaxBids\n"
+              + "ON AuctionBids.starttime = MaxBids.starttime AND\n"
+              + "   AuctionBids.endtime = MaxBids.endtime AND\n"
+              + "   AuctionBids.num >= MaxBids.maxn",
+          "auction, starttime"),
       "q7", new Nexmark(List.of("bid"),
           "auction BIGINT, price BIGINT, bidder BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
           "SELECT B.auction, B.price, B.bidder, B.date_time, B.extra\n"
@@ -254,13 +288,26 @@ public final class FlinkPeer {
           + source(broker, topic)
           + ")");
     }
-    t.executeSql("CREATE TABLE sink (" + q.sinkColumns() + ") WITH (\n"
-        + "  'connector' = 'kafka',\n"
-        + "  'topic' = " + lit(out) + ",\n"
-        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
-        + "  'format' = 'json',\n"
-        + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
-        + ")");
+    if (q.upsertKey() == null) {
+      t.executeSql("CREATE TABLE sink (" + q.sinkColumns() + ") WITH (\n"
+          + "  'connector' = 'kafka',\n"
+          + "  'topic' = " + lit(out) + ",\n"
+          + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
+          + "  'format' = 'json',\n"
+          + "  'json.timestamp-format.standard' = 'ISO-8601'\n"
+          + ")");
+    } else {
+      t.executeSql("CREATE TABLE sink (" + q.sinkColumns()
+          + ", PRIMARY KEY (" + q.upsertKey() + ") NOT ENFORCED) WITH (\n"
+          + "  'connector' = 'upsert-kafka',\n"
+          + "  'topic' = " + lit(out) + ",\n"
+          + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
+          + "  'key.format' = 'json',\n"
+          + "  'key.json.timestamp-format.standard' = 'ISO-8601',\n"
+          + "  'value.format' = 'json',\n"
+          + "  'value.json.timestamp-format.standard' = 'ISO-8601'\n"
+          + ")");
+    }
     if (opts.containsKey("out_partitions")) {
       createTopic(broker, out, Integer.parseInt(opts.get("out_partitions")));
     }
