@@ -194,6 +194,30 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["sources"], serde_json::json!(["orders", "merchants"]));
     assert_eq!(v["kind"], "temporal join (append-only)");
+    // Three tables: the outer join reads the inner one's rows.
+    let o = run(&[
+        "validate",
+        "SELECT o.oid, p.pid, m.region FROM orders o \
+         JOIN payments p ON p.order_id = o.oid AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR \
+         JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id",
+        "--schema",
+        &format!("orders={ORDERS}"),
+        "--schema",
+        &format!("merchants={MERCHANTS}"),
+        "--schema",
+        &format!("payments={PAYMENTS}"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["sources"],
+        serde_json::json!(["orders", "payments", "merchants"])
+    );
+    assert_eq!(
+        v["kind"],
+        "temporal join of (interval join) and a table (append-only)"
+    );
     let o = run(&[
         "validate",
         "SELECT o.oid FROM orders o JOIN payments p ON p.order_id = o.oid",

@@ -243,7 +243,7 @@ impl QueryPlan {
     pub fn kind_name(&self) -> String {
         match &self.kind {
             QueryKind::Passthrough(_) => match &self.join {
-                Some(j) => format!("{} (append-only)", j.kind.name()),
+                Some(j) => format!("{} (append-only)", j.describe()),
                 None => "pass-through (append-only)".into(),
             },
             QueryKind::Aggregate(a) => match a.window {
@@ -260,7 +260,7 @@ impl fmt::Display for QueryPlan {
         writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
         if let (Some(j), QueryKind::Aggregate(_)) = (&self.join, &self.kind) {
-            writeln!(f, "over: {}", j.kind.name())?;
+            writeln!(f, "over: {}", j.describe())?;
         }
         writeln!(f, "schema:")?;
         for (i, field) in self.output_schema.fields().iter().enumerate() {
@@ -410,6 +410,28 @@ pub struct JoinPlan {
 }
 
 impl JoinPlan {
+    /// "temporal join", or for a join of a join "temporal join of (interval
+    /// join, orders)"-like text naming what each side reads.
+    pub fn describe(&self) -> String {
+        if !self
+            .sides
+            .iter()
+            .any(|s| matches!(s.input, SideInput::Join { .. }))
+        {
+            return self.kind.name().to_string();
+        }
+        let sides: Vec<String> = self
+            .sides
+            .iter()
+            .map(|s| match &s.input {
+                SideInput::Join { plan, .. } => format!("({})", plan.describe()),
+                SideInput::Windows { .. } => "a windowed aggregation".into(),
+                SideInput::Rows { .. } => "a table".into(),
+            })
+            .collect();
+        format!("{} of {} and {}", self.kind.name(), sides[0], sides[1])
+    }
+
     /// Calls `f` with every source index the join's leaves read, so a
     /// plan lowered against its own source list can be renumbered.
     pub fn for_each_source_mut(&mut self, f: &mut dyn FnMut(&mut usize)) {
