@@ -143,13 +143,7 @@ public final class FlinkPeer {
         + "  mean DOUBLE,\n"
         + "  PRIMARY KEY (merchant, window_start) NOT ENFORCED\n"
         + ") WITH (\n"
-        + "  'connector' = 'upsert-kafka',\n"
-        + "  'topic' = " + lit(out) + ",\n"
-        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
-        + "  'key.format' = 'json',\n"
-        + "  'key.json.timestamp-format.standard' = 'ISO-8601',\n"
-        + "  'value.format' = 'json',\n"
-        + "  'value.json.timestamp-format.standard' = 'ISO-8601'\n"
+        + upsertSink(broker, out)
         + ")");
     String query = "INSERT INTO sink\n"
         + "SELECT merchant, window_start, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS mean\n"
@@ -159,6 +153,17 @@ public final class FlinkPeer {
   }
 
   /** The WITH options of a bounded JSON Kafka source table (without the closing parenthesis). */
+  /** The WITH options of an upsert-kafka sink: JSON key and value, ISO-8601 timestamps. */
+  private static String upsertSink(String broker, String topic) {
+    return "  'connector' = 'upsert-kafka',\n"
+        + "  'topic' = " + lit(topic) + ",\n"
+        + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
+        + "  'key.format' = 'json',\n"
+        + "  'key.json.timestamp-format.standard' = 'ISO-8601',\n"
+        + "  'value.format' = 'json',\n"
+        + "  'value.json.timestamp-format.standard' = 'ISO-8601'\n";
+  }
+
   private static String source(String broker, String topic) {
     return "  'connector' = 'kafka',\n"
         + "  'topic' = " + lit(topic) + ",\n"
@@ -299,13 +304,7 @@ public final class FlinkPeer {
     } else {
       t.executeSql("CREATE TABLE sink (" + q.sinkColumns()
           + ", PRIMARY KEY (" + q.upsertKey() + ") NOT ENFORCED) WITH (\n"
-          + "  'connector' = 'upsert-kafka',\n"
-          + "  'topic' = " + lit(out) + ",\n"
-          + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
-          + "  'key.format' = 'json',\n"
-          + "  'key.json.timestamp-format.standard' = 'ISO-8601',\n"
-          + "  'value.format' = 'json',\n"
-          + "  'value.json.timestamp-format.standard' = 'ISO-8601'\n"
+          + upsertSink(broker, out)
           + ")");
     }
     if (opts.containsKey("out_partitions")) {
