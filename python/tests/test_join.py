@@ -95,3 +95,31 @@ def test_interval_join_passthrough_from_files(tmp_path):
                 "ON p.order_id = o.oid AND p.ts BETWEEN o.ts AND o.ts + INTERVAL 30 SECOND", payments=pays, orders=o)
     assert got.num_rows == want.num_rows == 250
     assert_same(got, want, ["pid"])
+
+
+def test_three_arrow_tables_in_a_temporal_chain_equal_duckdb():
+    """Orders meet their merchant's version, and that merchant's region the
+    region's version, both as of the order's time: a join over a join."""
+    o, m = data(4)
+    rnd = random.Random(4)
+    regions = [{"id": f"r{r}", "name": f"region-{r}-v0", "ts": BASE} for r in range(3)]
+    for i in range(30):
+        r = rnd.randrange(3)
+        regions.append({"id": f"r{r}", "name": f"region-{r}-v{i + 1}",
+                        "ts": BASE + dt.timedelta(milliseconds=2000 + i * 20_000 + rnd.randrange(1000))})
+    g = pa.table({
+        "id": pa.array([r["id"] for r in regions], pa.string()),
+        "name": pa.array([r["name"] for r in regions], pa.string()),
+        "ts": pa.array([r["ts"] for r in regions], pa.timestamp("us", tz="UTC")),
+    })
+    sql = ("SELECT r.name, TUMBLE(o.ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(o.amount) AS total "
+           "FROM orders o JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id "
+           "JOIN regions FOR SYSTEM_TIME AS OF o.ts AS r ON m.region = r.id "
+           "GROUP BY r.name, TUMBLE(o.ts, INTERVAL '1 MINUTE')")
+    got = ubik.stream(sql, from_={"orders": o, "merchants": m, "regions": g}, lateness="5s").arrow()
+    want = duck("SELECT r.name, time_bucket(INTERVAL '1 minute', o.ts) AS w, count(*) AS n, sum(o.amount) AS total "
+                "FROM orders o ASOF JOIN merchants m ON o.merchant = m.id AND o.ts >= m.ts "
+                "ASOF JOIN regions r ON m.region = r.id AND o.ts >= r.ts GROUP BY ALL",
+                orders=o, merchants=m, regions=g)
+    assert want.num_rows > 20
+    assert_same(got, want, ["name", "w"])
