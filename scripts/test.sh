@@ -27,6 +27,14 @@ RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v c
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
+# A fresh run needs about 5 GiB (target/ 4, the broker and the Python
+# environment 1). Running out mid-build fails as a linker crash, so say it first.
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if ((free_kib < 6 * 1024 * 1024)); then
+  echo "test.sh: only $((free_kib / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); a fresh run needs about 6 GiB (free some, e.g. old target/ directories)" >&2
+  exit 1
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
