@@ -67,6 +67,20 @@ def test_temporal_join_of_two_arrow_tables_equals_duckdb_asof(seed):
     assert small.equals(got)
 
 
+def test_late_orders_join_within_the_join_retention():
+    """Without a watermark delay many orders arrive behind their partition's
+    watermark. With a join retention they join all the same, and their
+    windows are re-emitted: the result equals DuckDB's. Without one they
+    are dead letters."""
+    o, m = data(3)
+    sources = {"orders": o.to_batches(max_chunksize=64), "merchants": m}
+    got = ubik.stream(TEMPORAL, from_=sources, lateness="0s", join_retention="5s").arrow()
+    assert_same(got, duck(TEMPORAL_ORACLE, orders=o, merchants=m), ["region", "w"])
+    letters = []
+    ubik.stream(TEMPORAL, from_=sources, lateness="0s", on_dead_letter=letters.append).arrow()
+    assert letters and {d.reason for d in letters} == {"late"}, letters[:3]
+
+
 def test_validate_a_join_with_schemas_by_table():
     schema = ubik.validate(TEMPORAL, schema={"orders": ORDERS, "merchants": MERCHANTS})
     assert schema.names == ["region", "w", "n", "total"]

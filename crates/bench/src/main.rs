@@ -4,9 +4,10 @@
 //!   to changelog rows (Arrow), the per-merchant per-minute query.
 //! - `encode FILE.arrow SQL`: the same plus canonical JSON encoding.
 //! - `checkpoint KEYS`: snapshot + encode of KEYS open (group, window) keys.
-//! - `nexmark QUERY.sql EVENTS`: a Nexmark query over a stream of EVENTS
-//!   events (all kinds), the engine alone timed (one thread) into a sink
-//!   that counts rows, with the state's size along the run (see [`nexmark`]).
+//! - `nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS]`: a Nexmark query over a
+//!   stream of EVENTS events (all kinds), the engine alone timed (one
+//!   thread) into a sink that counts rows, with the state's size along the
+//!   run (see [`nexmark`]).
 //!
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
@@ -157,14 +158,17 @@ fn main() -> Result<()> {
         ["arrow-agg", path, sql] => run_agg(path, sql, false),
         ["encode", path, sql] => run_agg(path, sql, true),
         ["checkpoint", keys] => checkpoint(keys.parse()?),
-        ["nexmark", sql, events] => nexmark::run(sql, events.parse()?),
+        ["nexmark", sql, events] => nexmark::run(sql, events.parse()?, 0),
+        ["nexmark", sql, events, join_retention_ms] => {
+            nexmark::run(sql, events.parse()?, join_retention_ms.parse()?)
+        }
         ["kafka-load", broker, topic, path, partitions] => {
             kafka::load(broker, topic, path, partitions.parse()?)
         }
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | nexmark QUERY.sql EVENTS | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
         ),
     }
 }

@@ -36,7 +36,9 @@ fn next_batch(source: &mut NexmarkSource) -> Result<Option<RecordBatch>> {
     }
 }
 
-pub fn run(sql_file: &str, events: u64) -> Result<()> {
+/// `join_retention_ms`: the query's join retention (state kept that much
+/// longer for late rows; the generated stream has none).
+pub fn run(sql_file: &str, events: u64, join_retention_ms: i64) -> Result<()> {
     let sql = std::fs::read_to_string(sql_file).with_context(|| format!("read {sql_file}"))?;
     let mut catalog = Catalog::new();
     for t in [
@@ -48,6 +50,7 @@ pub fn run(sql_file: &str, events: u64) -> Result<()> {
     }
     let options = QueryOptions {
         lateness_us: 0,
+        join_retention_us: join_retention_ms.saturating_mul(1000),
         ..QueryOptions::default()
     };
     let plan = plan_query(&sql, &catalog, options)?;
@@ -111,7 +114,8 @@ pub fn run(sql_file: &str, events: u64) -> Result<()> {
         .map(|c| c.1 as f64 / c.2 as f64);
     println!(
         "{}",
-        json!({"bench": "nexmark", "query": sql_file, "events": events, "rows_in": rows_in,
+        json!({"bench": "nexmark", "query": sql_file, "events": events,
+               "join_retention_ms": join_retention_ms, "rows_in": rows_in,
                "rows_out": rows_out, "seconds": secs, "events_per_s": events as f64 / secs,
                "generate_seconds": generate_secs,
                "events_per_s_with_generation": events as f64 / (secs + generate_secs),

@@ -48,6 +48,9 @@ pub struct QueryArgs {
     /// How long closed windows accept late rows (upserts) before they are dead-lettered.
     #[arg(long)]
     pub retention: Option<String>,
+    /// How long a join keeps rows past the watermark so late rows on either side still pair (default 0s: late join rows are dead-lettered).
+    #[arg(long)]
+    pub join_retention: Option<String>,
     /// Threads for decoding and aggregating large batches (default: one per core; output is the same for any count).
     #[arg(long)]
     pub threads: Option<usize>,

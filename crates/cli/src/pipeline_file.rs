@@ -25,6 +25,7 @@ pub struct PipelineFile {
     pub dlq: Option<String>,
     pub lateness: Option<String>,
     pub retention: Option<String>,
+    pub join_retention: Option<String>,
     pub emit_interval: Option<String>,
     pub idle_timeout: Option<String>,
     pub max_future: Option<String>,

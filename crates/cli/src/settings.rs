@@ -187,6 +187,11 @@ pub fn query_settings(query: &QueryArgs, file: &PipelineFile) -> Result<Settings
             ("lateness", query.lateness.clone(), file.lateness.clone()),
             ("retention", query.retention.clone(), file.retention.clone()),
             (
+                "join_retention",
+                query.join_retention.clone(),
+                file.join_retention.clone(),
+            ),
+            (
                 "emit_interval",
                 query.emit_interval.clone(),
                 file.emit_interval.clone(),

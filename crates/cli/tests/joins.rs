@@ -82,8 +82,21 @@ fn table(dir: &Path, name: &str, columns: &str) -> Vec<arrow::array::RecordBatch
     )
 }
 
-/// Runs `sql` over the named sources, read `batch` records at a time.
-fn run_join(dir: &Path, sql: &str, sources: &[(&str, &str)], batch: &str) -> Vec<String> {
+/// How late rows are waited for: a watermark delay long enough for every row.
+const WAIT: &[&str] = &["--lateness", "120s"];
+
+/// No watermark delay, so many rows are late, and a join retention long
+/// enough for every one of them to join all the same.
+const LATE_JOINED: &[&str] = &["--lateness", "0s", "--join-retention", "120s"];
+
+/// `ubik run` of `sql` over the named sources, read `batch` records at a time.
+fn run_join_output(
+    dir: &Path,
+    sql: &str,
+    sources: &[(&str, &str)],
+    batch: &str,
+    timing: &[&str],
+) -> std::process::Output {
     let mut args: Vec<String> = vec!["run".into(), sql.into(), "-q".into()];
     for (name, columns) in sources {
         args.push("--from".into());
@@ -94,9 +107,22 @@ fn run_join(dir: &Path, sql: &str, sources: &[(&str, &str)], batch: &str) -> Vec
         args.push("--schema".into());
         args.push(format!("{name}={columns}"));
     }
-    args.extend(["--lateness", "120s", "--batch-size", batch].map(String::from));
+    args.extend(timing.iter().map(|a| a.to_string()));
+    args.extend(["--batch-size", batch].map(String::from));
     let o = ubik().args(&args).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    o
+}
+
+/// The changelog of [`run_join_output`], which must dead-letter nothing.
+fn run_join(
+    dir: &Path,
+    sql: &str,
+    sources: &[(&str, &str)],
+    batch: &str,
+    timing: &[&str],
+) -> Vec<String> {
+    let o = run_join_output(dir, sql, sources, batch, timing);
     assert!(
         !stderr(&o).contains("\"reason\""),
         "dead letters: {}",
@@ -106,12 +132,16 @@ fn run_join(dir: &Path, sql: &str, sources: &[(&str, &str)], batch: &str) -> Vec
 }
 
 fn check(dir: &Path, sql: &str, sources: &[(&str, &str)], want: &State) {
-    let reference = run_join(dir, sql, sources, "1000");
+    check_with(dir, sql, sources, want, WAIT)
+}
+
+fn check_with(dir: &Path, sql: &str, sources: &[(&str, &str)], want: &State, timing: &[&str]) {
+    let reference = run_join(dir, sql, sources, "1000", timing);
     assert!(!reference.is_empty());
     assert_matches(sql, &fold_lines(&reference), want);
     for batch in ["7", "64"] {
         assert_eq!(
-            run_join(dir, sql, sources, batch),
+            run_join(dir, sql, sources, batch, timing),
             reference,
             "the changelog depends on how the sources' reads interleave (batch size {batch})"
         );
@@ -170,11 +200,17 @@ fn interval_join_aggregated_equals_oracle() {
         table(dir.path(), "payments", PAYMENTS),
     );
     let want = oracle_tables(oracle, &[("orders", &o), ("payments", &p)], &[0, 1]);
-    check(
-        dir.path(),
-        &sql,
-        &[("payments", PAYMENTS), ("orders", ORDERS)],
-        &want,
+    let sources = [("payments", PAYMENTS), ("orders", ORDERS)];
+    check(dir.path(), &sql, &sources, &want);
+    // Without a watermark delay rows come late: with a join retention they
+    // join all the same (late pairs update their windows), without one
+    // they are dead letters.
+    check_with(dir.path(), &sql, &sources, &want, LATE_JOINED);
+    let strict = run_join_output(dir.path(), &sql, &sources, "64", &["--lateness", "0s"]);
+    assert!(
+        stderr(&strict).contains("set --join-retention"),
+        "no late row: {}",
+        stderr(&strict)
     );
 }
 

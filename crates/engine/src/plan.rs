@@ -29,6 +29,15 @@ pub struct QueryOptions {
     /// A late row within this bound updates the window and re-emits it; a row
     /// later than that goes to the dead-letter output.
     pub retention_us: i64,
+    /// How long a join keeps rows past the watermark so that late rows
+    /// still pair with them: a stream row up to this far behind its
+    /// partition's watermark joins (its pairs come out late, and an
+    /// aggregation over the join takes them as late rows); a row later than
+    /// that goes to the dead-letter output. 0 (the default): a join's
+    /// allowed lateness is the watermark delay alone. Join state holds each
+    /// row this much longer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub join_retention_us: i64,
     /// Grid of event time on which late updates and continuous (non-windowed)
     /// aggregates are flushed. Flushing on an event-time grid, not on a timer,
     /// keeps output independent of batch boundaries and timing.
@@ -54,6 +63,10 @@ pub struct QueryOptions {
     pub threads: usize,
 }
 
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
 impl QueryOptions {
     /// [`Self::threads`] with 0 resolved to the number of cores.
     pub fn resolved_threads(&self) -> usize {
@@ -69,6 +82,7 @@ impl Default for QueryOptions {
         Self {
             lateness_us: 5 * MICROS_PER_SECOND,
             retention_us: 10 * 60 * MICROS_PER_SECOND,
+            join_retention_us: 0,
             emit_interval_us: MICROS_PER_SECOND,
             emit_every_rows: 10_000,
             max_future_us: 86_400 * MICROS_PER_SECOND,

@@ -122,7 +122,7 @@ impl Query {
                     batch,
                     a.filter.as_deref(),
                     &a.event_time,
-                    false,
+                    None,
                     out,
                 )?;
                 if let Some(stamped) = stamped {
@@ -213,6 +213,7 @@ impl Query {
             before: *self.progress.partition(partition),
             lateness: self.progress.lateness,
             max_future: self.plan.options.max_future_us,
+            join_retention: self.plan.options.join_retention_us.max(0),
         };
         let rejects_before = out.rejects.len();
         let mut advanced = None;
@@ -268,8 +269,11 @@ impl Query {
     }
 
     /// Hands joined rows to the stage: a pass-through emits them; an
-    /// aggregation takes them stamped just before their completion, so no
-    /// joined row is ever late for it.
+    /// aggregation takes them stamped just before their completion, so an
+    /// on-time pair is never late for it, and a pair with a late row is late
+    /// by as much as that row was (within the aggregation's retention, which
+    /// the planner makes at least the join's): it updates its window and
+    /// re-emits it.
     fn stage_joined(&mut self, joined: Joined, delay: i64, out: &mut Output) -> Result<()> {
         let plan = Arc::clone(&self.plan);
         match &plan.kind {
@@ -433,8 +437,19 @@ impl Query {
     }
 }
 
+/// How a join side judges rows behind their partition's watermark.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JoinLateness {
+    /// Rows up to this far behind still join.
+    pub retention: i64,
+    /// The side is a versioned table (its late rows are versions).
+    pub version: bool,
+}
+
 /// Applies WHERE, checks event times, and stamps each kept row with its
-/// partition's watermark before it.
+/// partition's watermark before it. `join_lateness`: for a join side, how
+/// far behind its partition's watermark a row may be before it is rejected
+/// as late for the join (`None`: late rows are the operator's to judge).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stamp(
     progress: &mut PartitionProgress,
@@ -444,7 +459,7 @@ pub(crate) fn stamp(
     batch: &RecordBatch,
     filter: Option<&dyn datafusion_physical_expr::PhysicalExpr>,
     event_time: &EventTime,
-    reject_late: bool,
+    join_lateness: Option<JoinLateness>,
     out: &mut Output,
 ) -> Result<Option<StampedBatch>> {
     let n = batch.num_rows();
@@ -487,14 +502,24 @@ pub(crate) fn stamp(
                     continue;
                 }
                 let watermark = progress.watermark(lateness);
-                if kept && reject_late && t < watermark {
-                    out.rejects.push(Reject {
-                        partition,
-                        row: i,
-                        reason: RejectReason::LateForJoin {
+                let too_late = join_lateness
+                    .filter(|j| t < watermark.saturating_sub(j.retention))
+                    .map(|j| match j.version {
+                        true => RejectReason::LateVersion {
                             event_time: t,
                             watermark,
                         },
+                        false => RejectReason::LateForJoin {
+                            event_time: t,
+                            watermark,
+                            retention: j.retention,
+                        },
+                    });
+                if let Some(reason) = too_late.filter(|_| kept) {
+                    out.rejects.push(Reject {
+                        partition,
+                        row: i,
+                        reason,
                     });
                 } else if kept {
                     times.push(t);

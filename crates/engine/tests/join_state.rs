@@ -123,3 +123,59 @@ fn a_versioned_table_keeps_only_the_versions_the_watermark_needs() {
         "the versions grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
     );
 }
+
+/// With a join retention `R` an interval join holds each row `R` longer
+/// (late rows may still pair with it), and no longer: at one row per
+/// millisecond per side, a's rows live `R` (their bound is their own time),
+/// b's `1 s + R`, each give or take a batch. The state stays flat.
+#[test]
+fn a_join_retention_holds_rows_that_much_longer_and_no_longer() {
+    let catalog = Catalog::new()
+        .with_table("a", schema())
+        .with_table("b", schema());
+    let sql = "SELECT a.k FROM a JOIN b ON a.k = b.k \
+               AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '1' SECOND";
+    for retention_ms in [0i64, 5_000] {
+        let options = QueryOptions {
+            lateness_us: 0,
+            join_retention_us: retention_ms * 1000,
+            ..QueryOptions::default()
+        };
+        let plan = plan_query(sql, &catalog, options).unwrap();
+        let (pa, pb) = (
+            partition_id(plan.source_index("a").unwrap(), 0),
+            partition_id(plan.source_index("b").unwrap(), 0),
+        );
+        let mut query = Query::new(plan).unwrap();
+        query.add_partition(pa);
+        query.add_partition(pb);
+        let mut out = Output::default();
+        let (mut joined, mut held, mut sizes) = (0usize, Vec::new(), Vec::new());
+        let step = 1000;
+        for from in (0..200_000).step_by(step) {
+            let batch = rows(from, from + step as i64, None);
+            query.process(pb, &batch, &mut out).unwrap();
+            query.process(pa, &batch, &mut out).unwrap();
+            joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+            out.clear();
+            held.push(query.state_keys());
+            sizes.push(query.state_size());
+        }
+        query.finish(&mut out).unwrap();
+        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+        assert_eq!(joined, 200_000, "retention {retention_ms} ms");
+        let expected = (2 * retention_ms + 1_000) as usize;
+        let steady = &held[20..];
+        let (lo, hi) = (steady.iter().min().unwrap(), steady.iter().max().unwrap());
+        assert!(
+            *lo >= expected.saturating_sub(2 * step) && *hi <= expected + 2 * step,
+            "retention {retention_ms} ms: {lo}..{hi} rows held, expected about {expected}"
+        );
+        let early = *sizes[20..40].iter().max().unwrap();
+        let late = *sizes[180..].iter().max().unwrap();
+        assert!(
+            late <= early * 2,
+            "retention {retention_ms} ms: the state grew from {early} to {late} bytes"
+        );
+    }
+}

@@ -48,6 +48,11 @@ pub const SETTINGS: &[(&str, SettingKind, &str)] = &[
         "how long closed windows accept late rows",
     ),
     (
+        "join_retention",
+        SettingKind::Duration,
+        "how long a join keeps rows past the watermark for late rows to pair with",
+    ),
+    (
         "emit_interval",
         SettingKind::Duration,
         "event-time grid of late updates and continuous flushes",
@@ -194,6 +199,7 @@ impl Settings {
         match name {
             "lateness" => self.query.lateness_us = micros(name, value)?,
             "retention" => self.query.retention_us = micros(name, value)?,
+            "join_retention" => self.query.join_retention_us = micros(name, value)?,
             "emit_interval" => self.query.emit_interval_us = micros(name, value)?.max(1),
             "emit_every_rows" => self.query.emit_every_rows = count(name, value, 1)? as i64,
             "max_future" => self.query.max_future_us = micros(name, value)?,

@@ -15,6 +15,19 @@
 //! join keeps, per key, the versions after the watermark plus the one
 //! valid at it, and drops stream rows once they fired.
 //!
+//! Late rows (with a join retention `R`): a stream row up to `R` behind its
+//! partition's watermark (its stamp) still joins. Its *effective time* is
+//! its stamp, where an on-time row's is its event time; a row fires when
+//! the watermark passes its effective time, and a pair is found, and
+//! emitted, by the row with the later effective time. Every row whose
+//! effective time is before the watermark has been read (a partition's
+//! later rows have later stamps), so a late pair comes out at a firing that
+//! depends only on the rows' stamps, never on interleaving. Future rows are
+//! at most `R` behind the watermark, so state is kept `R` longer: rows
+//! until no such row can fall within bounds, versions until the watermark
+//! minus `R` has replaced them. Versions themselves are never late: a late
+//! version would change pairs already emitted.
+//!
 //! Versions of one key with the same time are ordered by arrival; keep one
 //! key's versions in one partition (as a compacted topic keyed by it does).
 //! A version may be *absent*: a deletion (a tombstone), or a version the
@@ -44,12 +57,17 @@ const NULL_KEY: u32 = u32::MAX;
 /// Column holding each stored row's event time in a snapshot.
 const TIME_COLUMN: &str = "__ubik_time";
 
+/// Column holding each stored row's effective time (its stamp if it came
+/// late) in a snapshot; snapshots written before late rows joined lack it.
+const EFFECTIVE_COLUMN: &str = "__ubik_effective";
+
 /// Column holding whether each stored version is present (not a deletion)
 /// in a snapshot; snapshots written before deletions existed lack it.
 const PRESENT_COLUMN: &str = "__ubik_present";
 
 /// Joined rows of one firing, in emission order, with each row's
-/// completion time.
+/// completion time: the later effective time of its two rows (the later
+/// event time, unless one of them came late).
 pub struct Joined {
     pub rows: RecordBatch,
     pub completion: Vec<i64>,
@@ -61,6 +79,8 @@ struct Store {
     batches: Vec<RecordBatch>,
     at: Vec<(u32, u32)>,
     times: Vec<i64>,
+    /// When each entry fires: its time, or its stamp if it came late.
+    effective: Vec<i64>,
     keys: Vec<u32>,
     alive: Vec<bool>,
     /// False for an absent version (a deletion, or refused by the filter).
@@ -87,6 +107,7 @@ impl Store {
             batches: Vec::new(),
             at: Vec::new(),
             times: Vec::new(),
+            effective: Vec::new(),
             keys: Vec::new(),
             alive: Vec::new(),
             present: Vec::new(),
@@ -103,6 +124,7 @@ impl Store {
         &mut self,
         rows: RecordBatch,
         times: &[i64],
+        effective: &[i64],
         keys: &[u32],
         present: Option<&[bool]>,
         expiry: Option<&[i64]>,
@@ -112,6 +134,7 @@ impl Store {
             let e = self.at.len() as u32;
             self.at.push((b, i as u32));
             self.times.push(t);
+            self.effective.push(effective[i]);
             self.keys.push(k);
             self.alive.push(true);
             self.present.push(present.is_none_or(|p| p[i]));
@@ -129,7 +152,7 @@ impl Store {
                     self.supersede.push(t, k);
                 }
             }
-            self.unfired.push(t, e);
+            self.unfired.push(effective[i], e);
             if let Some(x) = expiry {
                 self.expiry.push(x[i], e);
             }
@@ -138,7 +161,8 @@ impl Store {
         self.batches.push(rows);
     }
 
-    /// Entries whose time the watermark has now passed (is above), in time order.
+    /// Entries whose effective time the watermark has now passed (is
+    /// above), in that order.
     fn take_fresh(&mut self, watermark: i64) -> Vec<u32> {
         let mut fresh = Vec::new();
         self.unfired.pop_before(watermark, |_, e| fresh.push(e));
@@ -201,6 +225,7 @@ impl Store {
             renumber[old as usize] = new as u32;
         }
         let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
+        let effective: Vec<i64> = picked.iter().map(|&e| self.effective[e as usize]).collect();
         let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
         let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
         let mut unfired = std::mem::take(&mut self.unfired);
@@ -210,7 +235,7 @@ impl Store {
         expiry.renumber(kept);
         let schema = Arc::clone(&self.schema);
         *self = Store::new(schema, self.versioned);
-        self.push(rows, &times, &keys, Some(&present), None);
+        self.push(rows, &times, &effective, &keys, Some(&present), None);
         self.unfired = unfired;
         self.expiry = expiry;
         Ok(())
@@ -221,7 +246,7 @@ impl Store {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>()
-            + self.at.len() * 33
+            + self.at.len() * 41
             + self.by_key.len() * std::mem::size_of::<Vec<u32>>()
     }
 
@@ -255,6 +280,9 @@ impl Store {
 
 pub struct JoinOperator {
     plan: JoinPlan,
+    /// How far behind its partition's watermark a stream row may still
+    /// join: state is kept this much longer.
+    retention: i64,
     schema: SchemaRef,
     stores: [Store; 2],
     interner: Interner,
@@ -262,8 +290,9 @@ pub struct JoinOperator {
 }
 
 impl JoinOperator {
-    /// `schema` is the joined schema: the left side's columns, then the right's.
-    pub fn new(plan: &JoinPlan, schema: SchemaRef) -> Result<Self> {
+    /// `schema` is the joined schema: the left side's columns, then the
+    /// right's; `retention` the join retention (see the module docs).
+    pub fn new(plan: &JoinPlan, schema: SchemaRef, retention: i64) -> Result<Self> {
         let left = &plan.sides[0];
         let key_fields: Vec<Arc<Field>> = left
             .keys
@@ -285,17 +314,20 @@ impl JoinOperator {
                 Store::new(Arc::clone(&plan.sides[s].schema), versioned)
             }),
             plan: plan.clone(),
+            retention: retention.max(0),
             schema,
         })
     }
 
-    /// Takes in on-time rows of one side (its schema), with their event
-    /// times; `present` marks absent versions (false) of a versioned table.
+    /// Takes in rows of one side (its schema), with their event times and
+    /// stamps (their partition's watermark before them; `None`: on time);
+    /// `present` marks absent versions (false) of a versioned table.
     pub fn insert(
         &mut self,
         side: usize,
         rows: RecordBatch,
         times: &[i64],
+        stamps: Option<&[i64]>,
         present: Option<&[bool]>,
     ) -> Result<()> {
         let n = rows.num_rows();
@@ -322,26 +354,33 @@ impl JoinOperator {
                 }
             })
             .collect();
+        let effective: Vec<i64> = match stamps {
+            Some(stamps) => times.iter().zip(stamps).map(|(&t, &s)| t.max(s)).collect(),
+            None => times.to_vec(),
+        };
+        let retention = self.retention;
         let expiry: Option<Vec<i64>> = match self.plan.kind {
-            // A row is needed until no future row of the other side (all
-            // later than the watermark) can be within the bounds.
+            // A row is needed until it fired and no future row of the
+            // other side (none is more than the retention behind the
+            // watermark) can be within the bounds.
             JoinKind::Interval { lo, hi } => Some(
                 times
                     .iter()
-                    .map(|&t| {
+                    .zip(&effective)
+                    .map(|(&t, &e)| {
                         let bound = if side == 0 {
                             t.saturating_sub(lo)
                         } else {
                             t.saturating_add(hi)
                         };
-                        t.max(bound)
+                        e.max(bound.saturating_add(retention))
                     })
                     .collect(),
             ),
-            JoinKind::Temporal { table } if table != side => Some(times.to_vec()),
+            JoinKind::Temporal { table } if table != side => Some(effective.clone()),
             JoinKind::Temporal { .. } => None,
         };
-        self.stores[side].push(rows, times, &keys, present, expiry.as_deref());
+        self.stores[side].push(rows, times, &effective, &keys, present, expiry.as_deref());
         Ok(())
     }
 
@@ -365,7 +404,8 @@ impl JoinOperator {
             self.stores[s].expire(watermark);
         }
         if let JoinKind::Temporal { table } = self.plan.kind {
-            self.drop_old_versions(table, watermark);
+            // A future stream row is at most the retention behind.
+            self.drop_old_versions(table, watermark.saturating_sub(self.retention));
         }
         for s in &mut self.stores {
             s.compact()?;
@@ -416,25 +456,34 @@ impl JoinOperator {
     ) {
         let fresh = [self.stores[0].take_fresh(wm), self.stores[1].take_fresh(wm)];
         let [l, r] = &self.stores;
-        // Each pair once: by its left row when that is the later (or equal)
-        // time, else by its right row.
+        // Each pair once: by its left row when that has the later (or
+        // equal) effective time, else by its right row. The other row has
+        // been read by then, and is alive (see the module docs).
         for &a in &fresh[0] {
-            let (ta, k) = (l.times[a as usize], l.keys[a as usize]);
+            let (ta, ea, k) = (
+                l.times[a as usize],
+                l.effective[a as usize],
+                l.keys[a as usize],
+            );
             for &b in r.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
-                let tb = r.times[b as usize];
-                let d = ta.saturating_sub(tb);
-                if r.alive[b as usize] && tb <= ta && d >= lo && d <= hi {
-                    pairs.push((a, Some(b), ta));
+                let d = ta.saturating_sub(r.times[b as usize]);
+                let earlier = r.effective[b as usize] <= ea;
+                if r.alive[b as usize] && earlier && d >= lo && d <= hi {
+                    pairs.push((a, Some(b), ea));
                 }
             }
         }
         for &b in &fresh[1] {
-            let (tb, k) = (r.times[b as usize], r.keys[b as usize]);
+            let (tb, eb, k) = (
+                r.times[b as usize],
+                r.effective[b as usize],
+                r.keys[b as usize],
+            );
             for &a in l.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
-                let ta = l.times[a as usize];
-                let d = ta.saturating_sub(tb);
-                if l.alive[a as usize] && ta < tb && d >= lo && d <= hi {
-                    pairs.push((a, Some(b), tb));
+                let d = l.times[a as usize].saturating_sub(tb);
+                let earlier = l.effective[a as usize] < eb;
+                if l.alive[a as usize] && earlier && d >= lo && d <= hi {
+                    pairs.push((a, Some(b), eb));
                 }
             }
         }
@@ -447,6 +496,8 @@ impl JoinOperator {
         let (s, t) = (&self.stores[stream], &self.stores[table]);
         for &a in &fresh {
             let (ta, k) = (s.times[a as usize], s.keys[a as usize]);
+            // A late stream row comes out at its stamp.
+            let ea = s.effective[a as usize];
             let mut best: Option<u32> = None;
             for &v in t.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let tv = t.times[v as usize];
@@ -457,9 +508,9 @@ impl JoinOperator {
             }
             let best = best.filter(|&v| t.present[v as usize]);
             match (best, stream) {
-                (Some(v), 0) => pairs.push((a, Some(v), ta)),
-                (Some(v), _) => pairs.push((v, Some(a), ta)),
-                (None, 0) if self.plan.left_outer => pairs.push((a, None, ta)),
+                (Some(v), 0) => pairs.push((a, Some(v), ea)),
+                (Some(v), _) => pairs.push((v, Some(a), ea)),
+                (None, 0) if self.plan.left_outer => pairs.push((a, None, ea)),
                 (None, _) => {}
             }
         }
@@ -631,13 +682,28 @@ impl JoinOperator {
                 picked.iter().map(|&e| Some(store.present[e as usize])),
             );
             let mut fields = rows.schema().fields().to_vec();
+            let mut columns = rows.columns().to_vec();
+            // Written only when a row came late: on-time rows need none.
+            let late = picked
+                .iter()
+                .any(|&e| store.effective[e as usize] != store.times[e as usize]);
+            if late {
+                let effective = Int64Array::from_iter_values(
+                    picked.iter().map(|&e| store.effective[e as usize]),
+                );
+                fields.push(Arc::new(Field::new(
+                    EFFECTIVE_COLUMN,
+                    DataType::Int64,
+                    false,
+                )));
+                columns.push(Arc::new(effective));
+            }
             fields.push(Arc::new(Field::new(
                 PRESENT_COLUMN,
                 DataType::Boolean,
                 false,
             )));
             fields.push(Arc::new(Field::new(TIME_COLUMN, DataType::Int64, false)));
-            let mut columns = rows.columns().to_vec();
             columns.push(Arc::new(present));
             columns.push(Arc::new(times));
             let batch = RecordBatch::try_new_with_options(
@@ -672,12 +738,30 @@ impl JoinOperator {
             }
             false => None,
         };
+        let effective: Option<Vec<i64>> =
+            match end > 0 && batch.schema().field(end - 1).name() == EFFECTIVE_COLUMN {
+                true => {
+                    end -= 1;
+                    let column = batch.column(end).as_any().downcast_ref::<Int64Array>();
+                    Some(
+                        column
+                            .ok_or_else(|| {
+                                EngineError::Checkpoint(
+                                    "join state with a bad effective-time column".into(),
+                                )
+                            })?
+                            .values()
+                            .to_vec(),
+                    )
+                }
+                false => None,
+            };
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.stores[side].schema),
             batch.columns()[..end].to_vec(),
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
-        self.insert(side, rows, &times, present.as_deref())
+        self.insert(side, rows, &times, effective.as_deref(), present.as_deref())
     }
 
     pub fn state_size(&self) -> usize {

@@ -24,7 +24,7 @@ use super::{Operator, OperatorSnapshot, Output};
 use crate::error::{EngineError, Result};
 use crate::plan::{EventTime, JoinKind, JoinPlan, QueryOptions, SideInput, SourceTable};
 use crate::progress::PartitionProgress;
-use crate::query::stamp;
+use crate::query::{JoinLateness, stamp};
 use crate::state::StateEntry;
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
 
@@ -56,6 +56,9 @@ pub struct Arrival<'a> {
     pub before: PartitionProgress,
     pub lateness: i64,
     pub max_future: i64,
+    /// How far behind its partition's watermark a stream row may still
+    /// join ([`QueryOptions::join_retention_us`]).
+    pub join_retention: i64,
 }
 
 impl JoinNode {
@@ -106,7 +109,7 @@ impl JoinNode {
             };
         }
         Ok(Self {
-            operator: JoinOperator::new(plan, schema)?,
+            operator: JoinOperator::new(plan, schema, options.join_retention_us)?,
             plan: plan.clone(),
             feeds,
         })
@@ -150,6 +153,12 @@ impl JoinNode {
                 SideInput::Join { .. } => continue,
             };
             let version_filter = if versioned { filter.take() } else { None };
+            // A late version would change pairs already emitted: versions are
+            // never late (0); stream rows may be, within the join's retention.
+            let join_lateness = projection.is_some().then_some(JoinLateness {
+                retention: if versioned { 0 } else { rows.join_retention },
+                version: versioned,
+            });
             let stamped = stamp(
                 &mut progress,
                 rows.lateness,
@@ -158,7 +167,7 @@ impl JoinNode {
                 rows.batch,
                 filter,
                 &event_time,
-                projection.is_some(),
+                join_lateness,
                 out,
             )?;
             advanced.get_or_insert(progress);
@@ -189,8 +198,13 @@ impl JoinNode {
             } else {
                 None
             };
-            self.operator
-                .insert(s, side_rows, &stamped.times, present.as_deref())?;
+            self.operator.insert(
+                s,
+                side_rows,
+                &stamped.times,
+                Some(&stamped.stamps),
+                present.as_deref(),
+            )?;
         }
         Ok(())
     }
@@ -227,7 +241,7 @@ impl JoinNode {
                             ));
                         }
                         let times: Vec<i64> = c.timestamps.values().iter().map(|t| t - 1).collect();
-                        self.operator.insert(s, c.rows, &times, None)?;
+                        self.operator.insert(s, c.rows, &times, None, None)?;
                     }
                 }
                 Feed::Join(inner) => {
@@ -265,7 +279,7 @@ impl JoinNode {
                         .iter()
                         .map(|t| t.saturating_add(side.time_offset))
                         .collect();
-                    self.operator.insert(s, rows, &times, None)?;
+                    self.operator.insert(s, rows, &times, None, None)?;
                 }
             }
         }

@@ -27,9 +27,17 @@ pub enum RejectReason {
     NullEventTime,
     /// The event time is further ahead of the wall clock than allowed.
     FutureEventTime { event_time: i64, limit: i64 },
-    /// A join row before its partition's watermark: the join has already
-    /// emitted the pairs up to there.
-    LateForJoin { event_time: i64, watermark: i64 },
+    /// A join row further behind its partition's watermark than the join's
+    /// retention: the join no longer holds the rows it would pair with.
+    LateForJoin {
+        event_time: i64,
+        watermark: i64,
+        retention: i64,
+    },
+    /// A version of a temporal join's table behind its partition's
+    /// watermark: the pairs it would change are emitted (append-only), so
+    /// it cannot revise them.
+    LateVersion { event_time: i64, watermark: i64 },
     /// A deletion (a Kafka tombstone) of a key of a table that is not the
     /// versioned side of a temporal join, the only place deletions apply.
     UnappliedDeletion,
@@ -56,9 +64,30 @@ impl std::fmt::Display for RejectReason {
             RejectReason::LateForJoin {
                 event_time,
                 watermark,
+                retention: 0,
             } => write!(
                 f,
-                "late row: its event time {} is before its partition's watermark ({}), and the join has emitted its pairs up to there; raise --lateness to wait longer for out-of-order rows",
+                "late row: its event time {} is before its partition's watermark ({}), and the join has emitted its pairs up to there; raise --lateness to wait longer for out-of-order rows, or set --join-retention to pair late rows afterwards",
+                ts(*event_time),
+                ts(*watermark)
+            ),
+            RejectReason::LateForJoin {
+                event_time,
+                watermark,
+                retention,
+            } => write!(
+                f,
+                "late row: its event time {} is more than the join retention ({}s) before its partition's watermark ({}), and the join no longer holds the rows it would pair with; raise --join-retention to keep them longer",
+                ts(*event_time),
+                *retention as f64 / 1e6,
+                ts(*watermark)
+            ),
+            RejectReason::LateVersion {
+                event_time,
+                watermark,
+            } => write!(
+                f,
+                "late version: its event time {} is before its partition's watermark ({}), and the temporal join has emitted the rows it would pair with (its output is append-only, so they cannot be revised); raise --lateness to wait longer for out-of-order versions",
                 ts(*event_time),
                 ts(*watermark)
             ),
@@ -80,7 +109,9 @@ impl RejectReason {
     /// A short machine-readable code (dead-letter headers, metrics labels).
     pub fn code(&self) -> &'static str {
         match self {
-            RejectReason::TooLate { .. } | RejectReason::LateForJoin { .. } => "late",
+            RejectReason::TooLate { .. }
+            | RejectReason::LateForJoin { .. }
+            | RejectReason::LateVersion { .. } => "late",
             RejectReason::NullEventTime => "null_event_time",
             RejectReason::FutureEventTime { .. } => "future_event_time",
             RejectReason::UnappliedDeletion => "deletion",

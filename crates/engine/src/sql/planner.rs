@@ -40,7 +40,52 @@ pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result
     let logical = logical_plan(&text, &ctx)?;
     let mut lowering = Lowering::new(sql, options);
     lowering.versioned = versioned;
-    lowering.lower(&logical)
+    let plan = lowering.lower(&logical)?;
+    check_join_retention(&plan)?;
+    Ok(plan)
+}
+
+/// Refuses a join retention where late joined rows could not be taken in:
+/// a join over a join (an inner join's late rows would be late for the
+/// outer one by more than it can tell), a join of a windowed aggregation
+/// (its windows join once, complete), or an aggregation over a join that
+/// would dead-letter a late pair the join took (its own retention is shorter).
+fn check_join_retention(plan: &QueryPlan) -> Result<()> {
+    let retention = plan.options.join_retention_us;
+    let Some(join) = plan.join.as_ref().filter(|_| retention > 0) else {
+        return Ok(());
+    };
+    if join
+        .sides
+        .iter()
+        .any(|s| matches!(s.input, SideInput::Join { .. }))
+    {
+        return Err(EngineError::unsupported(
+            "join_retention is not supported for a join of three or more tables yet: late rows of an inner join cannot be paired by the outer one",
+            "set join_retention to 0 (late join rows go to the dead-letter output) and raise --lateness to wait longer for out-of-order rows",
+        ));
+    }
+    if join
+        .sides
+        .iter()
+        .any(|s| matches!(s.input, SideInput::Windows { .. }))
+    {
+        return Err(EngineError::unsupported(
+            "join_retention is not supported for a join of a windowed aggregation: its windows join once, when they close, and take no late rows",
+            "set join_retention to 0 (late join rows go to the dead-letter output) and raise --lateness to wait longer for out-of-order rows",
+        ));
+    }
+    if matches!(plan.kind, QueryKind::Aggregate(_)) && retention > plan.options.retention_us {
+        return Err(EngineError::unsupported(
+            format!(
+                "join_retention ({}s) is longer than retention ({}s): the aggregation over the join would dead-letter late pairs the join takes",
+                retention as f64 / 1e6,
+                plan.options.retention_us as f64 / 1e6
+            ),
+            "set retention at least as long as join_retention",
+        ));
+    }
+    Ok(())
 }
 
 fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
