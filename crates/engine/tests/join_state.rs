@@ -37,91 +37,88 @@ fn rows(from: i64, to: i64, keys: Option<i64>) -> RecordBatch {
     .unwrap()
 }
 
-#[test]
-fn ever_new_keys_keep_an_interval_join_state_flat() {
+/// What a run of [`drive`] saw after each batch.
+struct Run {
+    joined: usize,
+    /// State bytes after each batch.
+    sizes: Vec<usize>,
+    /// Rows (and groups) held after each batch.
+    held: Vec<usize>,
+}
+
+impl Run {
+    /// The state after 400 000 rows is at most twice that after 40 000.
+    fn assert_flat(&self, what: &str) {
+        let early = *self.sizes[20..40].iter().max().unwrap();
+        let late = *self.sizes[self.sizes.len() - 20..].iter().max().unwrap();
+        assert!(
+            late <= early * 2,
+            "{what}: the state grew from {early} bytes (after 40 000 rows) to {late} (at the end)"
+        );
+    }
+}
+
+/// Runs `sql` over rows `0..n` of [`rows`] fed to both its tables in
+/// batches of 1000 (`tables[1]` first), without a watermark delay.
+fn drive(sql: &str, tables: [&str; 2], join_retention_us: i64, n: i64, keys: Option<i64>) -> Run {
     let catalog = Catalog::new()
-        .with_table("a", schema())
-        .with_table("b", schema());
-    let sql = "SELECT a.k FROM a JOIN b ON a.k = b.k \
-               AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '1' SECOND";
+        .with_table(tables[0], schema())
+        .with_table(tables[1], schema());
     let options = QueryOptions {
         lateness_us: 0,
+        join_retention_us,
         ..QueryOptions::default()
     };
     let plan = plan_query(sql, &catalog, options).unwrap();
-    let (pa, pb) = (
-        partition_id(plan.source_index("a").unwrap(), 0),
-        partition_id(plan.source_index("b").unwrap(), 0),
-    );
+    let [p0, p1] = tables.map(|t| partition_id(plan.source_index(t).unwrap(), 0));
     let mut query = Query::new(plan).unwrap();
-    query.add_partition(pa);
-    query.add_partition(pb);
+    query.add_partition(p0);
+    query.add_partition(p1);
     let mut out = Output::default();
-    let mut joined = 0usize;
-    let mut sizes = Vec::new();
-    let step = 1000;
-    for from in (0..400_000).step_by(step) {
-        let batch = rows(from, from + step as i64, None);
-        query.process(pb, &batch, &mut out).unwrap();
-        query.process(pa, &batch, &mut out).unwrap();
-        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+    let mut run = Run {
+        joined: 0,
+        sizes: Vec::new(),
+        held: Vec::new(),
+    };
+    for from in (0..n).step_by(STEP) {
+        let batch = rows(from, from + STEP as i64, keys);
+        query.process(p1, &batch, &mut out).unwrap();
+        query.process(p0, &batch, &mut out).unwrap();
+        run.joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
         out.clear();
-        sizes.push(query.state_size());
+        run.sizes.push(query.state_size());
+        run.held.push(query.state_keys());
     }
     query.finish(&mut out).unwrap();
-    joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+    run.joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+    run
+}
+
+const STEP: usize = 1000;
+
+const INTERVAL: &str = "SELECT a.k FROM a JOIN b ON a.k = b.k \
+                        AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '1' SECOND";
+
+#[test]
+fn ever_new_keys_keep_an_interval_join_state_flat() {
+    let run = drive(INTERVAL, ["a", "b"], 0, 400_000, None);
     assert_eq!(
-        joined, 400_000,
+        run.joined, 400_000,
         "each row of a meets the row of b with its key"
     );
-    let early = *sizes[20..40].iter().max().unwrap();
-    let late = *sizes[360..].iter().max().unwrap();
-    assert!(
-        late <= early * 2,
-        "the state grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
-    );
+    run.assert_flat("ever-new keys");
 }
 
 #[test]
 fn a_versioned_table_keeps_only_the_versions_the_watermark_needs() {
-    let catalog = Catalog::new()
-        .with_table("s", schema())
-        .with_table("t", schema());
-    let sql = "SELECT s.k FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts AS v ON s.k = v.k";
-    let options = QueryOptions {
-        lateness_us: 0,
-        ..QueryOptions::default()
-    };
-    let plan = plan_query(sql, &catalog, options).unwrap();
-    let (ps, pt) = (
-        partition_id(plan.source_index("s").unwrap(), 0),
-        partition_id(plan.source_index("t").unwrap(), 0),
-    );
-    let mut query = Query::new(plan).unwrap();
-    query.add_partition(ps);
-    query.add_partition(pt);
-    let mut out = Output::default();
-    let mut joined = 0usize;
-    let mut sizes = Vec::new();
-    let step = 1000;
     // 100 keys, each updated every 100 ms, for 400 seconds.
-    for from in (0..400_000).step_by(step) {
-        let batch = rows(from, from + step as i64, Some(100));
-        query.process(pt, &batch, &mut out).unwrap();
-        query.process(ps, &batch, &mut out).unwrap();
-        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
-        out.clear();
-        sizes.push(query.state_size());
-    }
-    query.finish(&mut out).unwrap();
-    joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
-    assert_eq!(joined, 400_000, "each stream row meets its key's version");
-    let early = *sizes[20..40].iter().max().unwrap();
-    let late = *sizes[360..].iter().max().unwrap();
-    assert!(
-        late <= early * 2,
-        "the versions grew from {early} bytes (after 40 000 rows) to {late} (after 400 000)"
+    let sql = "SELECT s.k FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts AS v ON s.k = v.k";
+    let run = drive(sql, ["s", "t"], 0, 400_000, Some(100));
+    assert_eq!(
+        run.joined, 400_000,
+        "each stream row meets its key's version"
     );
+    run.assert_flat("versions");
 }
 
 /// With a join retention `R` an interval join holds each row `R` longer
@@ -130,52 +127,17 @@ fn a_versioned_table_keeps_only_the_versions_the_watermark_needs() {
 /// b's `1 s + R`, each give or take a batch. The state stays flat.
 #[test]
 fn a_join_retention_holds_rows_that_much_longer_and_no_longer() {
-    let catalog = Catalog::new()
-        .with_table("a", schema())
-        .with_table("b", schema());
-    let sql = "SELECT a.k FROM a JOIN b ON a.k = b.k \
-               AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '1' SECOND";
     for retention_ms in [0i64, 5_000] {
-        let options = QueryOptions {
-            lateness_us: 0,
-            join_retention_us: retention_ms * 1000,
-            ..QueryOptions::default()
-        };
-        let plan = plan_query(sql, &catalog, options).unwrap();
-        let (pa, pb) = (
-            partition_id(plan.source_index("a").unwrap(), 0),
-            partition_id(plan.source_index("b").unwrap(), 0),
-        );
-        let mut query = Query::new(plan).unwrap();
-        query.add_partition(pa);
-        query.add_partition(pb);
-        let mut out = Output::default();
-        let (mut joined, mut held, mut sizes) = (0usize, Vec::new(), Vec::new());
-        let step = 1000;
-        for from in (0..200_000).step_by(step) {
-            let batch = rows(from, from + step as i64, None);
-            query.process(pb, &batch, &mut out).unwrap();
-            query.process(pa, &batch, &mut out).unwrap();
-            joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
-            out.clear();
-            held.push(query.state_keys());
-            sizes.push(query.state_size());
-        }
-        query.finish(&mut out).unwrap();
-        joined += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
-        assert_eq!(joined, 200_000, "retention {retention_ms} ms");
+        let what = format!("retention {retention_ms} ms");
+        let run = drive(INTERVAL, ["a", "b"], retention_ms * 1000, 200_000, None);
+        assert_eq!(run.joined, 200_000, "{what}");
         let expected = (2 * retention_ms + 1_000) as usize;
-        let steady = &held[20..];
+        let steady = &run.held[20..];
         let (lo, hi) = (steady.iter().min().unwrap(), steady.iter().max().unwrap());
         assert!(
-            *lo >= expected.saturating_sub(2 * step) && *hi <= expected + 2 * step,
-            "retention {retention_ms} ms: {lo}..{hi} rows held, expected about {expected}"
+            *lo >= expected.saturating_sub(2 * STEP) && *hi <= expected + 2 * STEP,
+            "{what}: {lo}..{hi} rows held, expected about {expected}"
         );
-        let early = *sizes[20..40].iter().max().unwrap();
-        let late = *sizes[180..].iter().max().unwrap();
-        assert!(
-            late <= early * 2,
-            "retention {retention_ms} ms: the state grew from {early} to {late} bytes"
-        );
+        run.assert_flat(&what);
     }
 }

@@ -55,23 +55,18 @@ fn check_join_retention(plan: &QueryPlan) -> Result<()> {
     let Some(join) = plan.join.as_ref().filter(|_| retention > 0) else {
         return Ok(());
     };
-    if join
-        .sides
-        .iter()
-        .any(|s| matches!(s.input, SideInput::Join { .. }))
-    {
+    let refused = join.sides.iter().find_map(|s| match s.input {
+        SideInput::Join { .. } => Some(
+            "a join of three or more tables yet: late rows of an inner join cannot be paired by the outer one",
+        ),
+        SideInput::Windows { .. } => Some(
+            "a join of a windowed aggregation: its windows join once, when they close, and take no late rows",
+        ),
+        SideInput::Rows { .. } => None,
+    });
+    if let Some(why) = refused {
         return Err(EngineError::unsupported(
-            "join_retention is not supported for a join of three or more tables yet: late rows of an inner join cannot be paired by the outer one",
-            "set join_retention to 0 (late join rows go to the dead-letter output) and raise --lateness to wait longer for out-of-order rows",
-        ));
-    }
-    if join
-        .sides
-        .iter()
-        .any(|s| matches!(s.input, SideInput::Windows { .. }))
-    {
-        return Err(EngineError::unsupported(
-            "join_retention is not supported for a join of a windowed aggregation: its windows join once, when they close, and take no late rows",
+            format!("join_retention is not supported for {why}"),
             "set join_retention to 0 (late join rows go to the dead-letter output) and raise --lateness to wait longer for out-of-order rows",
         ));
     }
