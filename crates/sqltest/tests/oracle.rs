@@ -264,6 +264,12 @@ const JOIN_CASES: &[Case] = &[
         ubik: "SELECT o.merchant, TUMBLE(m.ts, INTERVAL '30 SECONDS') AS w, count(*) AS n, max(o.amount) AS top FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 SECONDS' AND o.ts + INTERVAL '5 SECONDS' GROUP BY o.merchant, TUMBLE(m.ts, INTERVAL '30 SECONDS')",
         oracle: "SELECT o.merchant, date_bin(INTERVAL '30 seconds', m.ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, max(o.amount) AS top FROM orders o JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 seconds' AND o.ts + INTERVAL '5 seconds' GROUP BY 1, 2",
     },
+    // LEFT: orders no merchant row is near come out padded with nulls.
+    Case {
+        name: "interval-left",
+        ubik: "SELECT o.merchant, TUMBLE(o.ts, INTERVAL '30 SECONDS') AS w, count(*) AS n, count(m.region) AS near FROM orders o LEFT JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 SECONDS' AND o.ts + INTERVAL '5 SECONDS' GROUP BY o.merchant, TUMBLE(o.ts, INTERVAL '30 SECONDS')",
+        oracle: "SELECT o.merchant, date_bin(INTERVAL '30 seconds', o.ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, count(m.region) AS near FROM orders o LEFT JOIN merchants m ON o.merchant = m.id AND m.ts BETWEEN o.ts - INTERVAL '2 seconds' AND o.ts + INTERVAL '5 seconds' GROUP BY 1, 2",
+    },
     // Three tables: an interval join over a temporal join.
     Case {
         name: "interval-over-temporal",

@@ -28,6 +28,10 @@
 //! minus `R` has replaced them. Versions themselves are never late: a late
 //! version would change pairs already emitted.
 //!
+//! A LEFT interval join emits a left row that no right row matched (with
+//! the residual ON conditions) padded with nulls when it expires: then no
+//! right row can match it any more, and its completion is that time.
+//!
 //! Versions of one key with the same time are ordered by arrival; keep one
 //! key's versions in one partition (as a compacted topic keyed by it does).
 //! A version may be *absent*: a deletion (a tombstone), or a version the
@@ -61,6 +65,10 @@ const TIME_COLUMN: &str = "__ubik_time";
 /// late) in a snapshot; snapshots written before late rows joined lack it.
 const EFFECTIVE_COLUMN: &str = "__ubik_effective";
 
+/// Column holding whether each left row of a LEFT interval join has
+/// matched a right row yet, in a snapshot.
+const MATCHED_COLUMN: &str = "__ubik_matched";
+
 /// Column holding whether each stored version is present (not a deletion)
 /// in a snapshot; snapshots written before deletions existed lack it.
 const PRESENT_COLUMN: &str = "__ubik_present";
@@ -85,6 +93,8 @@ struct Store {
     alive: Vec<bool>,
     /// False for an absent version (a deletion, or refused by the filter).
     present: Vec<bool>,
+    /// Whether a right row has matched the entry (a LEFT interval join's left side).
+    matched: Vec<bool>,
     live: usize,
     /// Entries by key id (ids are dense).
     by_key: Vec<Vec<u32>>,
@@ -111,6 +121,7 @@ impl Store {
             keys: Vec::new(),
             alive: Vec::new(),
             present: Vec::new(),
+            matched: Vec::new(),
             live: 0,
             by_key: Vec::new(),
             versioned,
@@ -138,6 +149,7 @@ impl Store {
             self.keys.push(k);
             self.alive.push(true);
             self.present.push(present.is_none_or(|p| p[i]));
+            self.matched.push(false);
             if k != NULL_KEY {
                 if self.by_key.len() <= k as usize {
                     self.by_key.resize_with(k as usize + 1, Vec::new);
@@ -169,16 +181,22 @@ impl Store {
         fresh
     }
 
-    fn expire(&mut self, watermark: i64) {
+    /// Drops the entries whose expiry the watermark has passed; with
+    /// `unmatched`, collects those no row matched, with their expiry.
+    fn expire(&mut self, watermark: i64, mut unmatched: Option<&mut Vec<(u32, i64)>>) {
         let Store {
             expiry,
             alive,
             live,
+            matched,
             ..
         } = self;
-        expiry.pop_before(watermark, |_, e| {
+        expiry.pop_before(watermark, |x, e| {
             if std::mem::replace(&mut alive[e as usize], false) {
                 *live -= 1;
+                if let Some(u) = unmatched.as_deref_mut().filter(|_| !matched[e as usize]) {
+                    u.push((e, x));
+                }
             }
         });
     }
@@ -228,6 +246,7 @@ impl Store {
         let effective: Vec<i64> = picked.iter().map(|&e| self.effective[e as usize]).collect();
         let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
         let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
+        let matched: Vec<bool> = picked.iter().map(|&e| self.matched[e as usize]).collect();
         let mut unfired = std::mem::take(&mut self.unfired);
         let mut expiry = std::mem::take(&mut self.expiry);
         let kept = |e: u32| Some(renumber[e as usize]).filter(|&n| n != u32::MAX);
@@ -236,6 +255,7 @@ impl Store {
         let schema = Arc::clone(&self.schema);
         *self = Store::new(schema, self.versioned);
         self.push(rows, &times, &effective, &keys, Some(&present), None);
+        self.matched = matched;
         self.unfired = unfired;
         self.expiry = expiry;
         Ok(())
@@ -246,7 +266,7 @@ impl Store {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>()
-            + self.at.len() * 41
+            + self.at.len() * 42
             + self.by_key.len() * std::mem::size_of::<Vec<u32>>()
     }
 
@@ -399,9 +419,24 @@ impl JoinOperator {
             JoinKind::Interval { lo, hi } => self.interval_pairs(watermark, lo, hi, &mut pairs),
             JoinKind::Temporal { table } => self.temporal_pairs(watermark, table, &mut pairs),
         }
-        let out = self.build(&pairs)?;
+        let mut parts = Vec::with_capacity(2);
+        if let Some(part) = self.matching(&pairs)? {
+            parts.push(part);
+        }
+        if self.pads() {
+            // Left rows that can match nothing any more, unmatched: padded.
+            let mut unmatched = Vec::new();
+            self.stores[0].expire(watermark, Some(&mut unmatched));
+            let padded: Vec<(u32, Option<u32>, i64)> =
+                unmatched.into_iter().map(|(e, x)| (e, None, x)).collect();
+            if !padded.is_empty() {
+                let completion = padded.iter().map(|p| p.2).collect();
+                parts.push((self.joined_rows(&padded)?, completion));
+            }
+        }
+        let out = self.emit(parts)?;
         for s in 0..2 {
-            self.stores[s].expire(watermark);
+            self.stores[s].expire(watermark, None);
         }
         if let JoinKind::Temporal { table } = self.plan.kind {
             // A future stream row is at most the retention behind.
@@ -567,12 +602,68 @@ impl JoinOperator {
         }
     }
 
-    /// The joined rows of `pairs`, filtered by the residual condition and
-    /// sorted by (completion, row bytes).
-    fn build(&self, pairs: &[(u32, Option<u32>, i64)]) -> Result<Option<Joined>> {
+    /// A LEFT interval join pads unmatched left rows with nulls.
+    fn pads(&self) -> bool {
+        self.plan.left_outer && matches!(self.plan.kind, JoinKind::Interval { .. })
+    }
+
+    /// The joined rows of `pairs` that pass the residual condition, with
+    /// their completion times; marks their left rows matched.
+    fn matching(
+        &mut self,
+        pairs: &[(u32, Option<u32>, i64)],
+    ) -> Result<Option<(RecordBatch, Vec<i64>)>> {
         if pairs.is_empty() {
             return Ok(None);
         }
+        let mut rows = self.joined_rows(pairs)?;
+        let mut completion: Vec<i64> = pairs.iter().map(|p| p.2).collect();
+        let keep = match &self.plan.condition {
+            Some(cond) => Some(eval_predicate(cond.as_ref(), &rows)?),
+            None => None,
+        };
+        if self.pads() {
+            let store = &mut self.stores[0];
+            for (i, p) in pairs.iter().enumerate() {
+                if keep.as_ref().is_none_or(|k| k.value(i)) && p.1.is_some() {
+                    store.matched[p.0 as usize] = true;
+                }
+            }
+        }
+        if let Some(keep) = keep {
+            rows = filter_record_batch(&rows, &keep)?;
+            completion = completion
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| keep.value(*i))
+                .map(|(_, &c)| c)
+                .collect();
+        }
+        Ok((rows.num_rows() > 0).then_some((rows, completion)))
+    }
+
+    /// The rows of one firing, sorted by (completion, row bytes).
+    fn emit(&self, parts: Vec<(RecordBatch, Vec<i64>)>) -> Result<Option<Joined>> {
+        let (rows, completion) = match parts.len() {
+            0 => return Ok(None),
+            1 => parts.into_iter().next().expect("one part"),
+            _ => {
+                let batches: Vec<&RecordBatch> = parts.iter().map(|p| &p.0).collect();
+                let rows = arrow::compute::concat_batches(&self.schema, batches)?;
+                (
+                    rows,
+                    parts.iter().flat_map(|p| p.1.iter().copied()).collect(),
+                )
+            }
+        };
+        let order = self.emission_order(&rows, &completion)?;
+        let rows = take_record_batch(&rows, &UInt32Array::from(order.clone()))?;
+        let completion = order.iter().map(|&i| completion[i as usize]).collect();
+        Ok(Some(Joined { rows, completion }))
+    }
+
+    /// The joined rows of `pairs` (a missing right entry: nulls).
+    fn joined_rows(&self, pairs: &[(u32, Option<u32>, i64)]) -> Result<RecordBatch> {
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         for (side, store) in self.stores.iter().enumerate() {
             // The right side's null row (LEFT JOIN) is one extra batch.
@@ -603,25 +694,7 @@ impl JoinOperator {
                 columns.push(interleave(&arrays, &idx)?);
             }
         }
-        let mut rows = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
-        let mut completion: Vec<i64> = pairs.iter().map(|p| p.2).collect();
-        if let Some(cond) = &self.plan.condition {
-            let keep = eval_predicate(cond.as_ref(), &rows)?;
-            rows = filter_record_batch(&rows, &keep)?;
-            completion = completion
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| keep.value(*i))
-                .map(|(_, &c)| c)
-                .collect();
-            if rows.num_rows() == 0 {
-                return Ok(None);
-            }
-        }
-        let order = self.emission_order(&rows, &completion)?;
-        let rows = take_record_batch(&rows, &UInt32Array::from(order.clone()))?;
-        let completion = order.iter().map(|&i| completion[i as usize]).collect();
-        Ok(Some(Joined { rows, completion }))
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
 
     /// The order rows are emitted in: by completion time, rows completing
@@ -683,6 +756,17 @@ impl JoinOperator {
             );
             let mut fields = rows.schema().fields().to_vec();
             let mut columns = rows.columns().to_vec();
+            if self.pads() && side == 0 {
+                let matched = arrow::array::BooleanArray::from_iter(
+                    picked.iter().map(|&e| Some(store.matched[e as usize])),
+                );
+                fields.push(Arc::new(Field::new(
+                    MATCHED_COLUMN,
+                    DataType::Boolean,
+                    false,
+                )));
+                columns.push(Arc::new(matched));
+            }
             // Written only when a row came late: on-time rows need none.
             let late = picked
                 .iter()
@@ -756,12 +840,28 @@ impl JoinOperator {
                 }
                 false => None,
             };
+        let matched: Option<Vec<bool>> =
+            match end > 0 && batch.schema().field(end - 1).name() == MATCHED_COLUMN {
+                true => {
+                    end -= 1;
+                    let flags = batch.column(end).as_boolean_opt().ok_or_else(|| {
+                        EngineError::Checkpoint("join state with a bad matched column".into())
+                    })?;
+                    Some(flags.iter().map(|f| f.unwrap_or(false)).collect())
+                }
+                false => None,
+            };
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.stores[side].schema),
             batch.columns()[..end].to_vec(),
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
-        self.insert(side, rows, &times, effective.as_deref(), present.as_deref())
+        let first = self.stores[side].matched.len();
+        self.insert(side, rows, &times, effective.as_deref(), present.as_deref())?;
+        if let Some(matched) = matched {
+            self.stores[side].matched[first..].copy_from_slice(&matched);
+        }
+        Ok(())
     }
 
     pub fn state_size(&self) -> usize {

@@ -186,12 +186,6 @@ impl Lowering {
                 (JoinKind::Temporal { table }, times)
             }
             None => {
-                if left_outer {
-                    return Err(EngineError::unsupported(
-                        "LEFT JOIN is supported for temporal joins only, not yet for interval joins",
-                        "use JOIN for an interval join",
-                    ));
-                }
                 let (lo, hi, times) = interval_bounds(&rest, &keys, &sides)?;
                 (JoinKind::Interval { lo, hi }, times)
             }
@@ -271,7 +265,7 @@ impl Lowering {
             });
         }
         let condition = self.conjunction(rest, &join.schema)?;
-        let mut row_time = default_row_time(kind);
+        let mut row_time = default_row_time(kind, left_outer);
         row_time.delay = row_time
             .delay
             .saturating_add(lowered[row_time.side].time_offset);
@@ -532,9 +526,7 @@ fn single_timestamp(schema: &DFSchema, name: Option<&str>) -> Option<usize> {
 /// is known.
 fn inner_time(inner: &JoinPlan, schema: &DFSchema, time: &PhysicalExprRef) -> Result<(i64, i64)> {
     // A temporal join's table time is not one: versions arrive any time.
-    let usable: Vec<usize> = (0..2)
-        .filter(|&s| delay_of(inner.kind, s).is_ok())
-        .collect();
+    let usable: Vec<usize> = (0..2).filter(|&s| delay_of(inner, s).is_ok()).collect();
     let side = column_index(time).and_then(|i| {
         usable
             .iter()
@@ -557,7 +549,7 @@ fn inner_time(inner: &JoinPlan, schema: &DFSchema, time: &PhysicalExprRef) -> Re
             ),
         ));
     };
-    let lag = inner.lag.saturating_add(delay_of(inner.kind, side)?);
+    let lag = inner.lag.saturating_add(delay_of(inner, side)?);
     Ok((lag, inner.sides[side].time_offset))
 }
 
@@ -748,8 +740,13 @@ fn interval_bounds(
 /// The row time a join gives when the stage names none: the side whose
 /// time is always the later one of a pair (so rows trail nothing), else
 /// the left side.
-fn default_row_time(kind: JoinKind) -> JoinRowTime {
+fn default_row_time(kind: JoinKind, left_outer: bool) -> JoinRowTime {
     match kind {
+        // The padded rows of a LEFT JOIN have no right-side time.
+        JoinKind::Interval { lo, .. } if left_outer => JoinRowTime {
+            side: 0,
+            delay: lo.saturating_neg().max(0),
+        },
         JoinKind::Temporal { table } => JoinRowTime {
             side: 1 - table,
             delay: 0,
@@ -763,9 +760,15 @@ fn default_row_time(kind: JoinKind) -> JoinRowTime {
     }
 }
 
-/// How far `side`'s time can lie before a pair's completion (the later time).
-fn delay_of(kind: JoinKind, side: usize) -> Result<i64> {
-    match kind {
+/// How far `side`'s time can lie before a pair's completion (the later
+/// time), or before an unmatched left row of a LEFT interval join comes out
+/// (when it expires: its time minus the lower bound, the same limit).
+fn delay_of(j: &JoinPlan, side: usize) -> Result<i64> {
+    match j.kind {
+        JoinKind::Interval { .. } if j.left_outer && side == 1 => Err(EngineError::unsupported(
+            "the right side's time of a LEFT interval join is null in the rows padded with nulls",
+            "use the left side's event time (in a window, or an outer join's time condition)",
+        )),
         JoinKind::Temporal { table } if table == side => Err(EngineError::unsupported(
             "a window over a temporal join must use the stream side's event time, not the versioned table's",
             "window on the stream's time column",
@@ -814,7 +817,7 @@ pub(super) fn window_time(schema: &DFSchemaRef, j: &mut JoinPlan, arg: &Expr) ->
         .ok_or_else(refuse)?;
     j.row_time = JoinRowTime {
         side,
-        delay: delay_of(j.kind, side)?.saturating_add(j.sides[side].time_offset),
+        delay: delay_of(j, side)?.saturating_add(j.sides[side].time_offset),
     };
     Ok(())
 }
