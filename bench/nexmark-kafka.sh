@@ -33,7 +33,9 @@
 # without a checkpoint directory), UBIK (a ubik binary to use instead of building the release),
 # KEEP=1 (keep the topics), FLINK=0 (ubik only), VERIFY_MAX, UBIK_X (librdkafka settings for
 # ubik, space-separated key=value, e.g. UBIK_X=fetch.queue.backoff.ms=10: librdkafka's default of
-# 1000 ms idles the consumer whenever its queue was full, which halves ubik's read rate here).
+# 1000 ms idles the consumer whenever its queue was full, which halves ubik's read rate here),
+# PERF=1 (record each ubik run with `perf record -g` and print where its CPU time goes, by
+# self time per symbol and per shared object; perf's overhead is in that run's figures).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
@@ -107,8 +109,10 @@ for q in $QUERIES; do
   [[ ${CHECKPOINT:-1} == 0 ]] || ck=(--checkpoint "$WORK/ck-$q" --checkpoint-interval "${INTERVAL:-1s}")
   out=nx-out-ubik-$q-$RUN
   TOPICS+=("$out")
+  profile=()
+  [[ ${PERF:-0} != 1 ]] || profile=(perf record -q -F 499 -g -o "$WORK/perf-$q.data" --)
   b0=$(cpu_ticks)
-  /usr/bin/time -f '%e %U %S' -o "$WORK/ubik-$q.time" "$UBIK" run -f "bench/nexmark/$q.sql" "${from[@]}" \
+  /usr/bin/time -f '%e %U %S' -o "$WORK/ubik-$q.time" "${profile[@]}" "$UBIK" run -f "bench/nexmark/$q.sql" "${from[@]}" \
     --to "kafka://$B/$out?partitions=$PARTS" "${ubik_flags[@]}" "${ck[@]}" -q 2>"$WORK/ubik-$q.log" ||
     { echo "ubik $q failed:" >&2; tail -20 "$WORK/ubik-$q.log" >&2; exit 1; }
   b1=$(cpu_ticks)
@@ -116,6 +120,13 @@ for q in $QUERIES; do
   awk -v q="$q" -v n="$input" -v t="$out" -v w="$wall" -v u="$user" -v s="$sys" -v b="$((b1 - b0))" -v k="$TICK" \
     'BEGIN { printf "{\"query\":\"%s\",\"engine\":\"ubik\",\"input\":%d,\"topic\":\"%s\",\"seconds\":%.3f,\"cpu\":%.3f,\"broker_cpu\":%.3f}\n", q, n, t, w, u + s, b / k }' |
     tee -a "$RESULTS" >&2
+  if [[ ${PERF:-0} == 1 ]]; then
+    echo "== ubik $q: CPU by shared object, then by symbol (self time)" >&2
+    perf report -i "$WORK/perf-$q.data" --stdio --no-children --sort dso --percent-limit 1 2>/dev/null |
+      grep -v '^#' | grep -v '^$' | head -12 >&2
+    perf report -i "$WORK/perf-$q.data" --stdio --no-children --sort sym --percent-limit 1 -g none 2>/dev/null |
+      grep -v '^#' | grep -v '^$' | head -40 >&2
+  fi
 
   [[ ${FLINK:-1} != 0 ]] || continue
   out=nx-out-flink-$q-$RUN

@@ -256,6 +256,19 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
     );
     let o = run(&[
         "validate",
+        "SELECT o.oid, p.pid FROM orders o LEFT JOIN payments p \
+         ON p.order_id = o.oid AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR",
+        "--schema",
+        &format!("orders={ORDERS}"),
+        "--schema",
+        &format!("payments={PAYMENTS}"),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kind"], "LEFT interval join (append-only)");
+    let o = run(&[
+        "validate",
         "SELECT o.oid FROM orders o JOIN payments p ON p.order_id = o.oid",
         "--schema",
         &format!("orders={ORDERS}"),

@@ -427,12 +427,16 @@ impl JoinPlan {
     /// "temporal join", or for a join of a join "temporal join of (interval
     /// join, orders)"-like text naming what each side reads.
     pub fn describe(&self) -> String {
+        let name = match self.left_outer {
+            true => format!("LEFT {}", self.kind.name()),
+            false => self.kind.name().to_string(),
+        };
         if !self
             .sides
             .iter()
             .any(|s| matches!(s.input, SideInput::Join { .. }))
         {
-            return self.kind.name().to_string();
+            return name;
         }
         let sides: Vec<String> = self
             .sides
@@ -443,7 +447,7 @@ impl JoinPlan {
                 SideInput::Rows { .. } => "a table".into(),
             })
             .collect();
-        format!("{} of {} and {}", self.kind.name(), sides[0], sides[1])
+        format!("{name} of {} and {}", sides[0], sides[1])
     }
 
     /// Calls `f` with every source index the join's leaves read, so a
