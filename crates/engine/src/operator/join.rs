@@ -490,6 +490,9 @@ impl JoinOperator {
         pairs: &mut Vec<(u32, Option<u32>, i64)>,
     ) {
         let fresh = [self.stores[0].take_fresh(wm), self.stores[1].take_fresh(wm)];
+        // Without a retention no row is late: effective times are event
+        // times, and the later one is the sign of their difference.
+        let late = self.retention > 0;
         let [l, r] = &self.stores;
         // Each pair once: by its left row when that has the later (or
         // equal) effective time, else by its right row. The other row has
@@ -502,7 +505,11 @@ impl JoinOperator {
             );
             for &b in r.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let d = ta.saturating_sub(r.times[b as usize]);
-                let earlier = r.effective[b as usize] <= ea;
+                let earlier = if late {
+                    r.effective[b as usize] <= ea
+                } else {
+                    d >= 0
+                };
                 if r.alive[b as usize] && earlier && d >= lo && d <= hi {
                     pairs.push((a, Some(b), ea));
                 }
@@ -516,7 +523,11 @@ impl JoinOperator {
             );
             for &a in l.by_key.get(k as usize).map_or(&[][..], Vec::as_slice) {
                 let d = l.times[a as usize].saturating_sub(tb);
-                let earlier = l.effective[a as usize] < eb;
+                let earlier = if late {
+                    l.effective[a as usize] < eb
+                } else {
+                    d < 0
+                };
                 if l.alive[a as usize] && earlier && d >= lo && d <= hi {
                     pairs.push((a, Some(b), eb));
                 }
