@@ -214,38 +214,35 @@ fn interval_join_aggregated_equals_oracle() {
     );
 }
 
+/// `ubik validate --json` of `sql` with the three tables' schemas.
+fn validate_json(sql: &str) -> serde_json::Value {
+    let schemas = [
+        ("orders", ORDERS),
+        ("merchants", MERCHANTS),
+        ("payments", PAYMENTS),
+    ]
+    .map(|(name, columns)| format!("{name}={columns}"));
+    let mut args = vec!["validate", sql, "--json"];
+    for s in &schemas {
+        args.extend(["--schema", s.as_str()]);
+    }
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 #[test]
 fn validate_reports_a_join_and_refuses_unbounded_ones() {
     let sql = "SELECT o.oid, m.region FROM orders o JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id";
-    let o = run(&[
-        "validate",
-        sql,
-        "--schema",
-        &format!("orders={ORDERS}"),
-        "--schema",
-        &format!("merchants={MERCHANTS}"),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = validate_json(sql);
     assert_eq!(v["sources"], serde_json::json!(["orders", "merchants"]));
     assert_eq!(v["kind"], "temporal join (append-only)");
     // Three tables: the outer join reads the inner one's rows.
-    let o = run(&[
-        "validate",
+    let v = validate_json(
         "SELECT o.oid, p.pid, m.region FROM orders o \
          JOIN payments p ON p.order_id = o.oid AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR \
          JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id",
-        "--schema",
-        &format!("orders={ORDERS}"),
-        "--schema",
-        &format!("merchants={MERCHANTS}"),
-        "--schema",
-        &format!("payments={PAYMENTS}"),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    );
     assert_eq!(
         v["sources"],
         serde_json::json!(["orders", "payments", "merchants"])
@@ -254,18 +251,10 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
         v["kind"],
         "temporal join of (interval join) and a table (append-only)"
     );
-    let o = run(&[
-        "validate",
+    let v = validate_json(
         "SELECT o.oid, p.pid FROM orders o LEFT JOIN payments p \
          ON p.order_id = o.oid AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' HOUR",
-        "--schema",
-        &format!("orders={ORDERS}"),
-        "--schema",
-        &format!("payments={PAYMENTS}"),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    );
     assert_eq!(v["kind"], "LEFT interval join (append-only)");
     let o = run(&[
         "validate",
