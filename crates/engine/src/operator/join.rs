@@ -813,55 +813,37 @@ impl JoinOperator {
 
     /// Restores the stored rows of one side from [`Self::snapshot`].
     pub fn restore(&mut self, side: usize, batch: RecordBatch) -> Result<()> {
-        let n = batch.num_columns();
-        let times = batch
-            .column(n - 1)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| EngineError::Checkpoint("join state without times".into()))?
-            .values()
-            .to_vec();
-        let mut end = n - 1;
-        let present: Option<Vec<bool>> = match batch.schema().field(n - 2).name() == PRESENT_COLUMN
-        {
-            true => {
+        // Bookkeeping columns trail the rows' own: [.., matched?, effective?,
+        // present?, time]; older snapshots lack the optional ones.
+        let mut end = batch.num_columns();
+        let mut trailing = |name: &str| {
+            let found = end > 0 && batch.schema().field(end - 1).name() == name;
+            found.then(|| {
                 end -= 1;
-                let flags = batch.column(n - 2).as_boolean_opt().ok_or_else(|| {
-                    EngineError::Checkpoint("join state with a bad presence column".into())
-                })?;
-                Some(flags.iter().map(|f| f.unwrap_or(true)).collect())
-            }
-            false => None,
+                batch.column(end).clone()
+            })
         };
-        let effective: Option<Vec<i64>> =
-            match end > 0 && batch.schema().field(end - 1).name() == EFFECTIVE_COLUMN {
-                true => {
-                    end -= 1;
-                    let column = batch.column(end).as_any().downcast_ref::<Int64Array>();
-                    Some(
-                        column
-                            .ok_or_else(|| {
-                                EngineError::Checkpoint(
-                                    "join state with a bad effective-time column".into(),
-                                )
-                            })?
-                            .values()
-                            .to_vec(),
-                    )
-                }
-                false => None,
-            };
-        let matched: Option<Vec<bool>> =
-            match end > 0 && batch.schema().field(end - 1).name() == MATCHED_COLUMN {
-                true => {
-                    end -= 1;
-                    let flags = batch.column(end).as_boolean_opt().ok_or_else(|| {
-                        EngineError::Checkpoint("join state with a bad matched column".into())
-                    })?;
-                    Some(flags.iter().map(|f| f.unwrap_or(false)).collect())
-                }
-                false => None,
-            };
+        let bad =
+            |what: &str| EngineError::Checkpoint(format!("join state with a bad {what} column"));
+        let times = trailing(TIME_COLUMN).ok_or_else(|| bad("time"))?;
+        let present = trailing(PRESENT_COLUMN);
+        let effective = trailing(EFFECTIVE_COLUMN);
+        let matched = trailing(MATCHED_COLUMN);
+        let int64 = |a: &ArrayRef, what: &str| -> Result<Vec<i64>> {
+            let a = a
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| bad(what))?;
+            Ok(a.values().to_vec())
+        };
+        let flags = |a: &ArrayRef, what: &str, null: bool| -> Result<Vec<bool>> {
+            let a = a.as_boolean_opt().ok_or_else(|| bad(what))?;
+            Ok(a.iter().map(|f| f.unwrap_or(null)).collect())
+        };
+        let times = int64(&times, "time")?;
+        let present = present.map(|a| flags(&a, "presence", true)).transpose()?;
+        let effective = effective.map(|a| int64(&a, "effective-time")).transpose()?;
+        let matched = matched.map(|a| flags(&a, "matched", false)).transpose()?;
         let rows = RecordBatch::try_new_with_options(
             Arc::clone(&self.stores[side].schema),
             batch.columns()[..end].to_vec(),
