@@ -17,7 +17,9 @@
 #    (as bench/kafka.sh); Flink runs without checkpoints (at-least-once sink, flushed at the end).
 # 3. The committed output records of both are counted (read_committed) and compared: q0/q1/q2
 #    must be equal; q5's Flink result is an update stream (upsert-kafka), folded latest per key
-#    for the content comparison; q3/q7/q8 differences are reported (q3: about 1% of auctions name a seller
+#    for the content comparison, as are both engines' continuous aggregations (q15, q16, q17:
+#    ubik upserts each changed key once per emit interval, Flink once per input row) and ubik's
+#    sessions (q11); q3/q7/q8 differences are reported (q3: about 1% of auctions name a seller
 #    registered after them, which Flink's regular join pairs and ubik's temporal join does not). Outputs of at most VERIFY_MAX records
 #    (default 200000: q2, q7, q8) are also compared by content: each record's values in column
 #    order, timestamps as instants, numbers rounded to 3 decimals, as multisets.
@@ -69,6 +71,7 @@ declare -A SCHEMA=(
 tables() { # query: the tables it reads
   case $1 in
   q3 | q8) echo person auction ;;
+  q20) echo bid auction ;;
   *) echo bid ;;
   esac
 }
@@ -172,7 +175,9 @@ def norm(v):
     return v
 
 # Queries whose Flink result is an update stream (upsert-kafka): folded, latest per key.
-UPSERT = {"q5"}
+UPSERT = {"q5", "q15", "q16", "q17"}
+# Queries whose ubik result is too (continuous aggregations; sessions, retracted as they merge).
+UBIK_UPSERT = {"q11", "q15", "q16", "q17"}
 
 def rows(topic, fold=False):
     c = ck.Consumer({"bootstrap.servers": broker, "group.id": "nexmark-verify-" + topic,
@@ -206,7 +211,7 @@ for q, t in by.items():
     if max(counts.get(t["ubik"], 0), counts.get(t["flink"], 0)) > limit:
         print(f"{q}: content not compared (more than {limit} records)")
         continue
-    u, f = rows(t["ubik"]), rows(t["flink"], fold=q in UPSERT)
+    u, f = rows(t["ubik"], fold=q in UBIK_UPSERT), rows(t["flink"], fold=q in UPSERT)
     if u == f:
         print(f"{q}: same content ({sum(u.values())} records)")
     else:
@@ -247,8 +252,9 @@ for q, e in by.items():
                 f"{u['broker_cpu'] / n * 1e6:.2f} / {f['broker_cpu'] / n * 1e6:.2f}"]
         uo, fo = u["output"], f["output"]
         same = uo == fo
-        # Flink's q5 is an update stream: its record count includes revisions (compare contents).
-        upserts = q in {"q5"}
+        # Update streams (Flink's q5, both engines' continuous aggregations): their record
+        # counts include revisions, so compare contents.
+        upserts = q in {"q5", "q11", "q15", "q16", "q17"}
         row.append(f"{uo} / {fo}" + (" (Flink: upserts)" if upserts else "" if same else " (differ)"))
         if not uo or not fo:
             problems.append(f"{q}: an engine wrote no output (ubik {uo}, flink {fo})")

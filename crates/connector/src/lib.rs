@@ -34,6 +34,14 @@ pub use change::ChangeBatch;
 /// temporally rather than as a stream.
 pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
 
+/// Schema metadata naming a source's event-time column, for a source with
+/// several TIMESTAMP columns (Nexmark's auction has `date_time` and
+/// `expires`): the engine takes it where it would otherwise need the only
+/// TIMESTAMP column (a versioned table's version time, a stream's time).
+/// The `event_time` setting and `FOR SYSTEM_TIME AS OF` name one explicitly
+/// and take precedence.
+pub const EVENT_TIME_METADATA: &str = "ubik.event_time";
+
 /// Field metadata (value `"true"`) marking a column filled from each
 /// record's transport timestamp ([`RecordMeta::timestamps`], a Kafka record
 /// timestamp) rather than from the record's bytes.

@@ -27,7 +27,9 @@ use nexmark::EventGenerator;
 use nexmark::config::{NexmarkConfig, RateShape};
 use nexmark::event::{Event, EventType};
 use serde_json::json;
-use ubik_connector::{Chunk, ConnectorError, Payload, Source, SourceEvent, SourcePosition};
+use ubik_connector::{
+    Chunk, ConnectorError, EVENT_TIME_METADATA, Payload, Source, SourceEvent, SourcePosition,
+};
 
 /// 2026-01-01T00:00:00Z in milliseconds.
 const DEFAULT_BASE_MS: u64 = 1_767_225_600_000;
@@ -171,11 +173,14 @@ impl NexmarkTable {
                 ("extra", DataType::Utf8),
             ],
         };
-        Arc::new(Schema::new(
-            cols.into_iter()
-                .map(|(n, t)| Field::new(n, t, false))
-                .collect::<Vec<_>>(),
-        ))
+        Arc::new(
+            Schema::new(
+                cols.into_iter()
+                    .map(|(n, t)| Field::new(n, t, false))
+                    .collect::<Vec<_>>(),
+            )
+            .with_metadata([(EVENT_TIME_METADATA.to_string(), "date_time".to_string())].into()),
+        )
     }
 }
 

@@ -27,7 +27,7 @@ use crate::plan::{
     SideInput, SourceTable, WindowSpec,
 };
 
-pub use ubik_connector::PRIMARY_KEY_METADATA;
+pub use ubik_connector::{EVENT_TIME_METADATA, PRIMARY_KEY_METADATA};
 
 const BOUNDED_ALTERNATIVES: &str = "bound it: an interval join (AND b.ts BETWEEN a.ts - INTERVAL '1' HOUR AND a.ts + INTERVAL '1' HOUR), a temporal join on a versioned table (JOIN t FOR SYSTEM_TIME AS OF a.ts, or declare t's schema with PRIMARY KEY), or join the results of two windowed aggregations";
 
@@ -59,6 +59,19 @@ impl Side<'_> {
         match &self.bottom {
             Bottom::Scan(scan) => format!("`{}`", scan.table_name.table()),
             Bottom::Join { .. } => "the inner join".into(),
+        }
+    }
+
+    /// The event-time column the side's source declares, if any.
+    fn declared_time(&self) -> Option<String> {
+        match &self.bottom {
+            Bottom::Scan(scan) => scan
+                .source
+                .schema()
+                .metadata()
+                .get(EVENT_TIME_METADATA)
+                .cloned(),
+            Bottom::Join { .. } => None,
         }
     }
 }
@@ -160,15 +173,21 @@ impl Lowering {
                     ));
                 }
                 let stream = 1 - table;
-                let table_time = single_timestamp(sides[table].schema, None).ok_or_else(|| {
+                let declared = sides[table].declared_time();
+                let table_time = single_timestamp(sides[table].schema, declared.as_deref())
+                    .ok_or_else(|| {
                     EngineError::Schema(format!(
                         "the versioned table {} needs exactly one TIMESTAMP column: a version is valid from that time until the key's next version",
                         sides[table].name()
                     ))
                 })?;
+                let declared = sides[stream].declared_time();
                 let stream_time = single_timestamp(
                     sides[stream].schema,
-                    as_of.as_deref().or(self.options.event_time.as_deref()),
+                    as_of
+                        .as_deref()
+                        .or(self.options.event_time.as_deref())
+                        .or(declared.as_deref()),
                 )
                 .or(match &sides[stream].bottom {
                     Bottom::Join { row_time, .. } => *row_time,

@@ -463,6 +463,7 @@ impl Lowering {
     }
 
     fn lower(self, root: &LogicalPlan) -> Result<QueryPlan> {
+        refuse_duplicate_names(root.schema())?;
         let output_schema = Arc::new(root.schema().as_arrow().clone());
         let top = Chain::walk(root, true)?;
         match top.bottom {
@@ -513,7 +514,11 @@ impl Lowering {
                 }
                 Some(i)
             }
-            None => only_timestamp(arrow.fields()),
+            None => arrow
+                .metadata()
+                .get(join::EVENT_TIME_METADATA)
+                .and_then(|name| arrow.index_of(name).ok())
+                .or_else(|| only_timestamp(arrow.fields())),
         };
         match column {
             Some(i) => {
@@ -940,6 +945,38 @@ fn key_columns(
 }
 
 /// The index of the only TIMESTAMP column of `fields`, if there is exactly one.
+/// A result row is a JSON object keyed by column name: two columns of one
+/// name (`b.date_time` and `a.date_time` of a join) would lose one.
+fn refuse_duplicate_names(schema: &DFSchema) -> Result<()> {
+    for (i, (q, f)) in schema.iter().enumerate() {
+        let Some((q2, _)) = schema
+            .iter()
+            .skip(i + 1)
+            .find(|(_, g)| g.name() == f.name())
+        else {
+            continue;
+        };
+        let qualified = |q: Option<&datafusion_common::TableReference>| match q {
+            Some(q) => format!("{q}.{}", f.name()),
+            None => f.name().to_string(),
+        };
+        return Err(EngineError::unsupported(
+            format!(
+                "two result columns are named {} ({} and {}): a result row is a JSON object, which would keep only one",
+                f.name(),
+                qualified(q),
+                qualified(q2)
+            ),
+            format!(
+                "name them apart in the SELECT list, e.g. {} AS {}_2",
+                qualified(q2),
+                f.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn only_timestamp(fields: &arrow::datatypes::Fields) -> Option<usize> {
     let mut ts = fields
         .iter()

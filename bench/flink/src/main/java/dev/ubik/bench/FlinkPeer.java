@@ -7,7 +7,7 @@
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
  *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
- *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7 or q8), the published Flink SQL
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7, q8, q11, q14, q15, q16, q17, q20, q21 or q22), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
@@ -203,26 +203,26 @@ public final class FlinkPeer {
 
   // The published Flink SQL (github.com/nexmark/nexmark, nexmark-flink/src/main/resources/queries),
   // dateTime renamed date_time; sink columns in the SELECT's order.
-  private static final Map<String, Nexmark> QUERIES = Map.of(
-      "q0", new Nexmark(List.of("bid"),
+  private static final Map<String, Nexmark> QUERIES = Map.ofEntries(
+      Map.entry("q0", new Nexmark(List.of("bid"),
           "auction BIGINT, bidder BIGINT, price BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
-          "SELECT auction, bidder, price, date_time, extra FROM bid"),
-      "q1", new Nexmark(List.of("bid"),
+          "SELECT auction, bidder, price, date_time, extra FROM bid")),
+      Map.entry("q1", new Nexmark(List.of("bid"),
           "auction BIGINT, bidder BIGINT, price DECIMAL(23, 3), date_time TIMESTAMP_LTZ(3), extra STRING",
-          "SELECT auction, bidder, 0.908 * price as price, date_time, extra FROM bid"),
-      "q2", new Nexmark(List.of("bid"),
+          "SELECT auction, bidder, 0.908 * price as price, date_time, extra FROM bid")),
+      Map.entry("q2", new Nexmark(List.of("bid"),
           "auction BIGINT, price BIGINT",
-          "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
-      "q3", new Nexmark(List.of("person", "auction"),
+          "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0")),
+      Map.entry("q3", new Nexmark(List.of("person", "auction"),
           "name STRING, city STRING, state STRING, id BIGINT",
           // The generator (the `nexmark` crate) writes states in lower case.
           "SELECT P.name, P.city, P.state, A.id\n"
               + "FROM auction AS A INNER JOIN person AS P on A.seller = P.id\n"
-              + "WHERE A.category = 10 and (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')"),
+              + "WHERE A.category = 10 and (P.state = 'or' OR P.state = 'id' OR P.state = 'ca')")),
       // The published q5 with starttime in the result, as ubik's (several windows hold one
       // auction). MaxBids is a regular GROUP BY: its maximum is revised as windows fill, so the
       // join's result is an update stream (written as upserts, folded to compare).
-      "q5", new Nexmark(List.of("bid"),
+      Map.entry("q5", new Nexmark(List.of("bid"),
           "auction BIGINT, num BIGINT, starttime TIMESTAMP_LTZ(3)",
           "SELECT AuctionBids.auction, AuctionBids.num, AuctionBids.starttime\n"
               + "FROM (\n"
@@ -246,8 +246,8 @@ public final class FlinkPeer {
               + "ON AuctionBids.starttime = MaxBids.starttime AND\n"
               + "   AuctionBids.endtime = MaxBids.endtime AND\n"
               + "   AuctionBids.num >= MaxBids.maxn",
-          "auction, starttime"),
-      "q7", new Nexmark(List.of("bid"),
+          "auction, starttime")),
+      Map.entry("q7", new Nexmark(List.of("bid"),
           "auction BIGINT, price BIGINT, bidder BIGINT, date_time TIMESTAMP_LTZ(3), extra STRING",
           "SELECT B.auction, B.price, B.bidder, B.date_time, B.extra\n"
               + "from bid B\n"
@@ -257,8 +257,8 @@ public final class FlinkPeer {
               + "  GROUP BY TUMBLE(B1.date_time, INTERVAL '10' SECOND)\n"
               + ") B1\n"
               + "ON B.price = B1.maxprice\n"
-              + "WHERE B.date_time BETWEEN B1.date_time  - INTERVAL '10' SECOND AND B1.date_time"),
-      "q8", new Nexmark(List.of("person", "auction"),
+              + "WHERE B.date_time BETWEEN B1.date_time  - INTERVAL '10' SECOND AND B1.date_time")),
+      Map.entry("q8", new Nexmark(List.of("person", "auction"),
           "id BIGINT, name STRING, stime TIMESTAMP_LTZ(3)",
           "SELECT P.id, P.name, P.starttime\n"
               + "FROM (\n"
@@ -275,7 +275,112 @@ public final class FlinkPeer {
               + "  FROM auction A\n"
               + "  GROUP BY A.seller, TUMBLE(A.date_time, INTERVAL '10' SECOND)\n"
               + ") A\n"
-              + "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"));
+              + "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime")),
+      // SESSION_END is left out, as in ubik's (the last bid plus the gap).
+      Map.entry("q11", new Nexmark(List.of("bid"),
+          "bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP_LTZ(3)",
+          "SELECT B.bidder, count(*) as bid_count,\n"
+              + "  SESSION_START(B.date_time, INTERVAL '10' SECOND) as starttime\n"
+              + "FROM bid B\n"
+              + "GROUP BY B.bidder, SESSION(B.date_time, INTERVAL '10' SECOND)")),
+      // count_char(extra, 'c') is the published query's Java UDF, written with built-ins as in
+      // ubik's; HOUR(date_time) as EXTRACT (the column is a TIMESTAMP_LTZ).
+      Map.entry("q14", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price DECIMAL(23, 3), bid_time_type STRING, "
+              + "date_time TIMESTAMP_LTZ(3), extra STRING, c_counts INT",
+          "SELECT auction, bidder, 0.908 * price as price,\n"
+              + "  CASE\n"
+              + "    WHEN EXTRACT(HOUR FROM date_time) >= 8 AND EXTRACT(HOUR FROM date_time) <= 18 THEN 'dayTime'\n"
+              + "    WHEN EXTRACT(HOUR FROM date_time) <= 6 OR EXTRACT(HOUR FROM date_time) >= 20 THEN 'nightTime'\n"
+              + "    ELSE 'otherTime'\n"
+              + "  END AS bid_time_type,\n"
+              + "  date_time, extra,\n"
+              + "  CHAR_LENGTH(extra) - CHAR_LENGTH(REPLACE(extra, 'c', '')) AS c_counts\n"
+              + "FROM bid\n"
+              + "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000")),
+      Map.entry("q15", new Nexmark(List.of("bid"),
+          "`day` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, total_bidders BIGINT, rank1_bidders BIGINT, rank2_bidders BIGINT, rank3_bidders BIGINT, total_auctions BIGINT, rank1_auctions BIGINT, rank2_auctions BIGINT, rank3_auctions BIGINT",
+          "SELECT DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
+          + "  count(*) AS total_bids,\n"
+          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
+          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
+          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
+          + "  count(distinct bidder) AS total_bidders,\n"
+          + "  count(distinct bidder) filter (where price < 10000) AS rank1_bidders,\n"
+          + "  count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,\n"
+          + "  count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,\n"
+          + "  count(distinct auction) AS total_auctions,\n"
+          + "  count(distinct auction) filter (where price < 10000) AS rank1_auctions,\n"
+          + "  count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,\n"
+          + "  count(distinct auction) filter (where price >= 1000000) AS rank3_auctions\n"
+              + "FROM bid\n"
+              + "GROUP BY DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+          "`day`")),
+      Map.entry("q16", new Nexmark(List.of("bid"),
+          "channel STRING, `day` STRING, `minute` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, total_bidders BIGINT, rank1_bidders BIGINT, rank2_bidders BIGINT, rank3_bidders BIGINT, total_auctions BIGINT, rank1_auctions BIGINT, rank2_auctions BIGINT, rank3_auctions BIGINT",
+          "SELECT channel, DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
+              + "  max(DATE_FORMAT(date_time, 'HH:mm')) as `minute`,\n"
+          + "  count(*) AS total_bids,\n"
+          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
+          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
+          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
+          + "  count(distinct bidder) AS total_bidders,\n"
+          + "  count(distinct bidder) filter (where price < 10000) AS rank1_bidders,\n"
+          + "  count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,\n"
+          + "  count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,\n"
+          + "  count(distinct auction) AS total_auctions,\n"
+          + "  count(distinct auction) filter (where price < 10000) AS rank1_auctions,\n"
+          + "  count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,\n"
+          + "  count(distinct auction) filter (where price >= 1000000) AS rank3_auctions\n"
+              + "FROM bid\n"
+              + "GROUP BY channel, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+          "channel, `day`")),
+      Map.entry("q17", new Nexmark(List.of("bid"),
+          "auction BIGINT, `day` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, "
+              + "min_price BIGINT, max_price BIGINT, avg_price BIGINT, sum_price BIGINT",
+          "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
+          + "  count(*) AS total_bids,\n"
+          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
+          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
+          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
+              + "  min(price) AS min_price,\n"
+              + "  max(price) AS max_price,\n"
+              + "  avg(price) AS avg_price,\n"
+              + "  sum(price) AS sum_price\n"
+              + "FROM bid\n"
+              + "GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
+          "auction, `day`")),
+      // The auction's date_time and extra renamed, as in ubik's (one value per JSON name).
+      Map.entry("q20", new Nexmark(List.of("bid", "auction"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+              + "date_time TIMESTAMP_LTZ(3), extra STRING, item_name STRING, description STRING, "
+              + "initial_bid BIGINT, reserve BIGINT, a_date_time TIMESTAMP_LTZ(3), "
+              + "expires TIMESTAMP_LTZ(3), seller BIGINT, category BIGINT, a_extra STRING",
+          "SELECT auction, bidder, price, channel, url, B.date_time, B.extra,\n"
+              + "  item_name, description, initial_bid, reserve, A.date_time, expires, seller, category, A.extra\n"
+              + "FROM bid AS B INNER JOIN auction AS A on B.auction = A.id\n"
+              + "WHERE A.category = 10")),
+      Map.entry("q21", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, channel_id STRING",
+          "SELECT auction, bidder, price, channel,\n"
+              + "  CASE\n"
+              + "    WHEN lower(channel) = 'apple' THEN '0'\n"
+              + "    WHEN lower(channel) = 'google' THEN '1'\n"
+              + "    WHEN lower(channel) = 'facebook' THEN '2'\n"
+              + "    WHEN lower(channel) = 'baidu' THEN '3'\n"
+              + "    ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)\n"
+              + "  END AS channel_id\n"
+              + "FROM bid\n"
+              + "WHERE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) is not null or\n"
+              + "  lower(channel) in ('apple', 'google', 'facebook', 'baidu')")),
+      Map.entry("q22", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, "
+              + "dir1 STRING, dir2 STRING, dir3 STRING",
+          "SELECT auction, bidder, price, channel,\n"
+              + "  SPLIT_INDEX(url, '/', 3) as dir1,\n"
+              + "  SPLIT_INDEX(url, '/', 4) as dir2,\n"
+              + "  SPLIT_INDEX(url, '/', 5) as dir3\n"
+              + "FROM bid")));
 
   private static void nexmark(String name, String broker, String out, Map<String, String> opts)
       throws Exception {
