@@ -415,6 +415,11 @@ pub struct JoinPlan {
     /// What the stage uses as each row's event time, and how far it can
     /// trail the pair's completion.
     pub row_time: JoinRowTime,
+    /// An interval join whose other side's time is bounded above by a
+    /// column of one side (`b.ts BETWEEN a.ts AND a.expires`): that side's
+    /// rows are held until the watermark passes the column, per row, rather
+    /// than a constant bound (the constant one on that side may be absent).
+    pub until: Option<RowBound>,
     /// How far (µs) this join's watermark trails the query's: 0 when both
     /// sides read sources; for a side reading an inner join, the inner
     /// join's own lag plus how far the side's time can lie before the
@@ -475,6 +480,17 @@ impl JoinPlan {
                 }
             })
     }
+}
+
+/// The other side's time is at most `column + offset` of each row of `side`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowBound {
+    /// The side (0 left, 1 right) whose column bounds the other side's time.
+    pub side: usize,
+    /// The bounding TIMESTAMP column, in that side's schema.
+    pub column: usize,
+    /// µs added to the column.
+    pub offset: i64,
 }
 
 /// The event time the stage gives a joined row. A pair is complete (known

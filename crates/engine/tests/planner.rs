@@ -65,3 +65,44 @@ fn bad_sql_has_position() {
         other => panic!("{other}"),
     }
 }
+
+/// A table with two TIMESTAMP columns: `expires` and the one its schema
+/// declares as its event time.
+fn auctions(declared: bool) -> Catalog {
+    let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("category", DataType::Int64, false),
+        Field::new("date_time", time(), false),
+        Field::new("expires", time(), false),
+    ]);
+    let schema = match declared {
+        true => schema.with_metadata(
+            [(
+                ubik_connector::EVENT_TIME_METADATA.to_string(),
+                "date_time".to_string(),
+            )]
+            .into(),
+        ),
+        false => schema,
+    };
+    Catalog::new().with_table("auction", Arc::new(schema))
+}
+
+#[test]
+fn a_declared_event_time_picks_among_timestamp_columns() {
+    let q = "SELECT category, count(*) AS n FROM auction GROUP BY category";
+    let undeclared = plan_query(q, &auctions(false), QueryOptions::default()).unwrap();
+    let declared = plan_query(q, &auctions(true), QueryOptions::default()).unwrap();
+    let time = |p: &ubik_engine::QueryPlan| match &p.kind {
+        ubik_engine::plan::QueryKind::Aggregate(a) => format!("{:?}", a.event_time),
+        other => panic!("not an aggregation: {other:?}"),
+    };
+    // Two TIMESTAMP columns and no declaration: no event time (rows count).
+    assert!(
+        time(&undeclared).contains("Ordinal"),
+        "{}",
+        time(&undeclared)
+    );
+    assert!(time(&declared).contains("date_time"), "{}", time(&declared));
+}

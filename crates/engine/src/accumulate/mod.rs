@@ -6,12 +6,14 @@
 //! re-emit only the keys that changed), exporting and importing state exactly
 //! (checkpoints), and resetting slots (session windows).
 //!
-//! The common aggregates are native here, with exact, order-independent
-//! state (see [`exact`]), so the changelog bytes do not depend on batch
-//! boundaries, partition interleaving or resume points. Every other
+//! The common aggregates (and `count(DISTINCT)` of integers) are native
+//! here, with exact, order-independent state (see [`exact`]), so the
+//! changelog bytes do not depend on batch boundaries, partition
+//! interleaving or resume points. Every other
 //! DataFusion aggregate runs through [`delegate::DataFusionAccumulator`].
 
 pub mod delegate;
+pub mod distinct;
 pub mod exact;
 pub mod moments;
 pub mod native;
@@ -91,15 +93,23 @@ enum Native {
     AvgFloat,
     Min,
     Max,
+    CountDistinct,
     Moment(moments::Moment),
 }
 
 fn pick_native(spec: &AggregateSpec) -> Option<Native> {
     let f = &spec.function;
-    if f.is_distinct() || !f.order_bys().is_empty() || f.ignore_nulls() {
+    let args = &spec.arg_types;
+    if !f.order_bys().is_empty() || f.ignore_nulls() {
         return None;
     }
-    let args = &spec.arg_types;
+    if f.is_distinct() {
+        let native = match (spec.function_name(), args.as_slice()) {
+            ("count", [t]) if distinct::supported(t) => Native::CountDistinct,
+            _ => return None,
+        };
+        return (spec.field.data_type() == &DataType::Int64).then_some(native);
+    }
     let out = spec.field.data_type();
     let native = match (spec.function_name(), args.as_slice()) {
         ("count", [_]) => Native::Count,
@@ -114,7 +124,7 @@ fn pick_native(spec: &AggregateSpec) -> Option<Native> {
     };
     // The native result type must be exactly what DataFusion planned.
     let expected = match native {
-        Native::Count => DataType::Int64,
+        Native::Count | Native::CountDistinct => DataType::Int64,
         Native::SumInt => DataType::Int64,
         Native::SumUInt => DataType::UInt64,
         Native::Min | Native::Max => args[0].clone(),
@@ -133,6 +143,7 @@ fn native_accumulator(spec: &AggregateSpec) -> Option<Box<dyn StreamAccumulator>
         Native::AvgFloat => Box::new(native::FloatSum::new(true)),
         Native::Min => native::min_max(&out_type, false)?,
         Native::Max => native::min_max(&out_type, true)?,
+        Native::CountDistinct => Box::new(distinct::CountDistinct::default()),
         Native::Moment(m) => Box::new(moments::MomentAccumulator::new(m)),
     })
 }
@@ -145,6 +156,7 @@ fn native_state_fields(spec: &AggregateSpec) -> Option<Vec<FieldRef>> {
             native::single_value_state(&out_type)
         }
         Native::SumFloat | Native::AvgFloat => native::FloatSum::state_fields(),
+        Native::CountDistinct => distinct::CountDistinct::state_fields(),
         Native::Moment(_) => moments::MomentAccumulator::state_fields(),
     })
 }

@@ -54,6 +54,7 @@ use crate::operator::time_queue::TimeQueue;
 use crate::plan::{JoinKind, JoinPlan};
 use crate::state::StateEntry;
 use crate::state::interner::Interner;
+use crate::time::to_micros;
 
 /// Key id of a row with a null key column: it never matches.
 const NULL_KEY: u32 = u32::MAX;
@@ -379,6 +380,10 @@ impl JoinOperator {
             None => times.to_vec(),
         };
         let retention = self.retention;
+        let until = match self.plan.until {
+            Some(b) if b.side == side => Some((to_micros(rows.column(b.column))?, b.offset)),
+            _ => None,
+        };
         let expiry: Option<Vec<i64>> = match self.plan.kind {
             // A row is needed until it fired and no future row of the
             // other side (none is more than the retention behind the
@@ -387,12 +392,18 @@ impl JoinOperator {
                 times
                     .iter()
                     .zip(&effective)
-                    .map(|(&t, &e)| {
-                        let bound = if side == 0 {
+                    .enumerate()
+                    .map(|(i, (&t, &e))| {
+                        let mut bound = if side == 0 {
                             t.saturating_sub(lo)
                         } else {
                             t.saturating_add(hi)
                         };
+                        if let Some((column, offset)) = &until {
+                            // A null bound matches nothing: done at its time.
+                            let limit = column.is_valid(i).then(|| column.value(i));
+                            bound = bound.min(limit.map_or(t, |c| c.saturating_add(*offset)));
+                        }
                         e.max(bound.saturating_add(retention))
                     })
                     .collect(),

@@ -24,7 +24,7 @@ use super::planner::{Chain, Lowering, StageInput, unsupported_node};
 use crate::error::{EngineError, Result};
 use crate::plan::{
     AggregatePlan, EventTime, JoinKind, JoinPlan, JoinRowTime, JoinSide, PhysicalExprRef, Rollup,
-    SideInput, SourceTable, WindowSpec,
+    RowBound, SideInput, SourceTable, WindowSpec,
 };
 
 pub use ubik_connector::{EVENT_TIME_METADATA, PRIMARY_KEY_METADATA};
@@ -146,6 +146,7 @@ impl Lowering {
             None => None,
         };
         let windowed = sides.iter().any(|s| s.windows.is_some());
+        let mut until = None;
         let (kind, times) = match versioned {
             Some(_) if windowed => {
                 return Err(EngineError::unsupported(
@@ -205,8 +206,18 @@ impl Lowering {
                 (JoinKind::Temporal { table }, times)
             }
             None => {
-                let (lo, hi, times) = interval_bounds(&rest, &keys, &sides)?;
-                (JoinKind::Interval { lo, hi }, times)
+                let b = interval_bounds(&rest, &keys, &sides)?;
+                if left_outer && let Some(u) = &b.until {
+                    return Err(EngineError::unsupported(
+                        format!(
+                            "a LEFT interval join whose time bound is a column ({}) is not supported yet",
+                            sides[u.side].schema.field(u.column).name()
+                        ),
+                        "bound the right side's time by the left side's time plus constant intervals (b.ts BETWEEN a.ts AND a.ts + INTERVAL '1' HOUR), or use an inner join",
+                    ));
+                }
+                until = b.until;
+                (JoinKind::Interval { lo: b.lo, hi: b.hi }, b.times)
             }
         };
         let mut lowered = Vec::with_capacity(2);
@@ -284,7 +295,7 @@ impl Lowering {
             });
         }
         let condition = self.conjunction(rest, &join.schema)?;
-        let mut row_time = default_row_time(kind, left_outer);
+        let mut row_time = default_row_time(kind, left_outer, until);
         row_time.delay = row_time
             .delay
             .saturating_add(lowered[row_time.side].time_offset);
@@ -299,6 +310,7 @@ impl Lowering {
                 condition,
                 version_condition,
                 row_time,
+                until,
                 lag,
             }),
         })
@@ -620,16 +632,36 @@ fn bucket(expr: &Expr) -> Option<(Column, i64, Option<Expr>)> {
     (size > 0).then(|| (column, size, f.args.get(2).cloned()))
 }
 
+/// One condition's bound on `left.columns[0] - right.columns[1]` (µs;
+/// `i64::MIN`/`i64::MAX` where it sets none).
+struct Bound {
+    columns: [Column; 2],
+    lo: i64,
+    hi: i64,
+}
+
+/// The time bounds of an interval join.
+struct IntervalBounds {
+    /// `lo <= left.t - right.t <= hi`; `lo` is `i64::MIN` when a left
+    /// column bounds the right time instead (`hi` is `i64::MAX` for a
+    /// right one), see `until`.
+    lo: i64,
+    hi: i64,
+    /// The index of each side's time column.
+    times: [usize; 2],
+    until: Option<RowBound>,
+}
+
 /// The bounds `lo <= left.t - right.t <= hi` the condition puts on the two
-/// sides' event times, and the index of each side's time column.
+/// sides' event times, and the index of each side's time column. One side
+/// may bound the other's time by a second TIMESTAMP column of its own (`b.ts
+/// BETWEEN a.ts AND a.expires`): a row bound, held per row.
 fn interval_bounds(
     conditions: &[Expr],
     keys: &[Vec<Expr>; 2],
     sides: &[Side<'_>; 2],
-) -> Result<(i64, i64, [usize; 2])> {
-    let mut lo = i64::MIN;
-    let mut hi = i64::MAX;
-    let mut columns: [Option<Column>; 2] = [None, None];
+) -> Result<IntervalBounds> {
+    let mut bounds: Vec<Bound> = Vec::new();
     // A windowed aggregation's time is its window column plus `offset`.
     let window: [Option<(Column, i64)>; 2] = [0, 1].map(|s| {
         sides[s].windows.as_ref().map(|w| {
@@ -646,9 +678,11 @@ fn interval_bounds(
             && cr == wr
         {
             let d = ol - or;
-            lo = lo.max(d);
-            hi = hi.min(d);
-            columns = [Some(cl.clone()), Some(cr.clone())];
+            bounds.push(Bound {
+                columns: [cl.clone(), cr.clone()],
+                lo: d,
+                hi: d,
+            });
         }
     }
     // A windowed join: equal windows of the two times (`date_bin(s, l.ts) =
@@ -658,9 +692,11 @@ fn interval_bounds(
             && sl == sr
             && ol == or
         {
-            lo = lo.max(1 - sl);
-            hi = hi.min(sl - 1);
-            columns = [Some(cl), Some(cr)];
+            bounds.push(Bound {
+                columns: [cl, cr],
+                lo: 1 - sl,
+                hi: sl - 1,
+            });
         }
     }
     let mut compare = |a: &Expr, op: Operator, b: &Expr| -> Result<()> {
@@ -696,35 +732,24 @@ fn interval_bounds(
             if !matches!(field.data_type(), DataType::Timestamp(_, _)) {
                 return Ok(());
             }
-            match &columns[s] {
-                Some(prev) if prev != c => {
-                    return Err(EngineError::unsupported(
-                        format!(
-                            "the join's time bounds use two time columns of one side ({prev} and {c})"
-                        ),
-                        "bound one event-time column of each side",
-                    ));
-                }
-                _ => columns[s] = Some(c.clone()),
-            }
         }
         // a + x op b + y, as a bound on left.t - right.t.
-        let (le, ge) = if sa == 0 {
-            (y.saturating_sub(x), y.saturating_sub(x))
+        let d = if sa == 0 {
+            y.saturating_sub(x)
         } else {
-            (x.saturating_sub(y), x.saturating_sub(y))
+            x.saturating_sub(y)
         };
         let a_below = matches!(op, Operator::Lt | Operator::LtEq);
         let a_above = matches!(op, Operator::Gt | Operator::GtEq);
         // With the left column first, `a <= b` bounds the difference above;
         // with the right column first, below.
-        match (sa == 0, a_below, a_above) {
-            (true, true, _) => hi = hi.min(le),
-            (true, _, true) => lo = lo.max(ge),
-            (false, true, _) => lo = lo.max(le),
-            (false, _, true) => hi = hi.min(ge),
-            _ => {}
-        }
+        let (lo, hi) = match (sa == 0, a_below, a_above) {
+            (true, true, _) | (false, _, true) => (i64::MIN, d),
+            (true, _, true) | (false, true, _) => (d, i64::MAX),
+            _ => return Ok(()),
+        };
+        let columns = if sa == 0 { [ca, cb] } else { [cb, ca] };
+        bounds.push(Bound { columns, lo, hi });
         Ok(())
     };
     for c in conditions {
@@ -737,7 +762,29 @@ fn interval_bounds(
             _ => {}
         }
     }
-    if lo == i64::MIN || hi == i64::MAX {
+    let (columns, until) = time_columns(&bounds)?;
+    let (mut lo, mut hi) = (i64::MIN, i64::MAX);
+    let mut until_offset: Option<i64> = None;
+    for b in &bounds {
+        if b.columns == columns {
+            lo = lo.max(b.lo);
+            hi = hi.min(b.hi);
+        } else if let Some((side, _)) = &until {
+            // right.t <= left.u - lo, or left.t <= right.u + hi.
+            let offset = if *side == 0 {
+                b.lo.saturating_neg()
+            } else {
+                b.hi
+            };
+            until_offset = Some(until_offset.map_or(offset, |o| o.min(offset)));
+        }
+    }
+    let bounded = match &until {
+        None => lo != i64::MIN && hi != i64::MAX,
+        Some((0, _)) => hi != i64::MAX,
+        Some(_) => lo != i64::MIN,
+    };
+    if bounds.is_empty() || !bounded {
         return Err(EngineError::unsupported(
             "this join is unbounded: nothing in ON bounds how far apart in event time the two sides' rows may be, so its state would grow forever",
             BOUNDED_ALTERNATIVES,
@@ -749,18 +796,99 @@ fn interval_bounds(
             "check the BETWEEN bounds",
         ));
     }
-    let index = |s: usize| -> Result<usize> {
-        let c = columns[s].as_ref().ok_or_else(unreachable_sides)?;
-        Ok(sides[s].schema.index_of_column(c)?)
+    let index = |s: usize, c: &Column| -> Result<usize> { Ok(sides[s].schema.index_of_column(c)?) };
+    let until = match until {
+        Some((side, column)) => Some(RowBound {
+            side,
+            column: index(side, &column)?,
+            offset: until_offset.ok_or_else(unreachable_sides)?,
+        }),
+        None => None,
     };
-    Ok((lo, hi, [index(0)?, index(1)?]))
+    Ok(IntervalBounds {
+        lo,
+        hi,
+        times: [index(0, &columns[0])?, index(1, &columns[1])?],
+        until,
+    })
+}
+
+/// Each side's time column, and a row bound's side and column.
+type TimeColumns = ([Column; 2], Option<(usize, Column)>);
+
+/// Each side's time column among the bounds' columns, and the column of a
+/// side that bounds the other's time per row, if any: a side with two
+/// columns has one that bounds the other side's time from below (its time)
+/// and one that only bounds it from above (`a.expires` in `b.ts BETWEEN
+/// a.ts AND a.expires`).
+fn time_columns(bounds: &[Bound]) -> Result<TimeColumns> {
+    let mut found: [Vec<&Column>; 2] = [Vec::new(), Vec::new()];
+    for b in bounds {
+        for (seen, c) in found.iter_mut().zip(&b.columns) {
+            if !seen.contains(&c) {
+                seen.push(c);
+            }
+        }
+    }
+    let two = |s: usize| {
+        EngineError::unsupported(
+            format!(
+                "the join's time bounds use two time columns of one side ({} and {})",
+                found[s][0], found[s][1]
+            ),
+            "bound one event-time column of each side (a second one of one side may only bound the other side's time from above, as in b.ts BETWEEN a.ts AND a.expires)",
+        )
+    };
+    let [Some(&l), Some(&r)] = [found[0].first(), found[1].first()] else {
+        // No bound at all: the caller refuses the join as unbounded.
+        let none = Column::from_name("");
+        return Ok(([none.clone(), none], None));
+    };
+    let wide: Vec<usize> = (0..2).filter(|&s| found[s].len() > 1).collect();
+    let s = match wide.as_slice() {
+        [] => return Ok(([l.clone(), r.clone()], None)),
+        [s] if found[*s].len() == 2 => *s,
+        [s, ..] => return Err(two(*s)),
+    };
+    // Does column `c` of side `s` only bound the other side's time above?
+    let only_above = |c: &Column| {
+        bounds
+            .iter()
+            .filter(|b| &b.columns[s] == c)
+            .all(|b| match s {
+                0 => b.hi == i64::MAX,
+                _ => b.lo == i64::MIN,
+            })
+    };
+    let (a, b) = (found[s][0], found[s][1]);
+    let (time, until) = match (only_above(a), only_above(b)) {
+        (false, true) => (a, b),
+        (true, false) => (b, a),
+        _ => return Err(two(s)),
+    };
+    let other = found[1 - s][0].clone();
+    let columns = if s == 0 {
+        [time.clone(), other]
+    } else {
+        [other, time.clone()]
+    };
+    Ok((columns, Some((s, until.clone()))))
 }
 
 /// The row time a join gives when the stage names none: the side whose
 /// time is always the later one of a pair (so rows trail nothing), else
 /// the left side.
-fn default_row_time(kind: JoinKind, left_outer: bool) -> JoinRowTime {
+fn default_row_time(kind: JoinKind, left_outer: bool, until: Option<RowBound>) -> JoinRowTime {
     match kind {
+        // The other side's time is the later one, up to the constant bound.
+        JoinKind::Interval { hi, .. } if until.is_some_and(|u| u.side == 0) => JoinRowTime {
+            side: 1,
+            delay: hi.max(0),
+        },
+        JoinKind::Interval { lo, .. } if until.is_some() => JoinRowTime {
+            side: 0,
+            delay: lo.saturating_neg().max(0),
+        },
         // The padded rows of a LEFT JOIN have no right-side time.
         JoinKind::Interval { lo, .. } if left_outer => JoinRowTime {
             side: 0,
@@ -793,6 +921,23 @@ fn delay_of(j: &JoinPlan, side: usize) -> Result<i64> {
             "window on the stream's time column",
         )),
         JoinKind::Temporal { .. } => Ok(0),
+        JoinKind::Interval { .. } if j.until.is_some_and(|u| u.side == side) => {
+            let u = j.until.expect("checked");
+            let other = &j.sides[1 - side].schema;
+            Err(EngineError::unsupported(
+                format!(
+                    "the {me} side's time cannot carry this join's rows: a pair is complete at the {them} side's time ({}), which only the {me} side's column {} bounds, so the {me} side's time can lie any time before it",
+                    other.field(j.sides[1 - side].time_column).name(),
+                    j.sides[side].schema.field(u.column).name(),
+                    me = ["left", "right"][side],
+                    them = ["left", "right"][1 - side],
+                ),
+                format!(
+                    "use the {} side's event time (in a window, or an outer join's time condition)",
+                    ["left", "right"][1 - side]
+                ),
+            ))
+        }
         JoinKind::Interval { lo, .. } if side == 0 => Ok(lo.saturating_neg().max(0)),
         JoinKind::Interval { hi, .. } => Ok(hi.max(0)),
     }
