@@ -12,7 +12,8 @@
 -- generator makes on auctions it opens a moment later (its "in flight"
 -- auctions): 5.3% of the pairs on this test's stream. The auction's
 -- date_time and extra are renamed (a_date_time, a_extra): a result row is
--- a JSON object, with one value per name.
+-- a JSON object, with one value per name. Over Kafka, with the tables'
+-- schemas declared, name the version time: --event-time date_time.
 -- oracle: SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time, B.extra,
 -- oracle:        A.item_name, A.description, A.initial_bid, A.reserve, A.date_time AS a_date_time, A.expires,
 -- oracle:        A.seller, A.category, A.extra AS a_extra

@@ -60,7 +60,7 @@ pub struct QueryArgs {
     /// Refuse events further than this ahead of the wall clock.
     #[arg(long)]
     pub max_future: Option<String>,
-    /// Event-time column of continuous and pass-through queries.
+    /// Event-time column of continuous and pass-through queries, and of a versioned table with several TIMESTAMP columns.
     #[arg(long)]
     pub event_time: Option<String>,
     /// Record key of an append-only result (a pass-through or a join): output columns, comma-separated.

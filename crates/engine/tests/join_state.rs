@@ -10,28 +10,31 @@ use ubik_engine::progress::partition_id;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
 
 fn schema() -> Arc<Schema> {
+    let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
-        Field::new(
-            "ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
+        Field::new("ts", time(), false),
+        Field::new("expires", time(), false),
     ]))
 }
 
-/// Rows `from..to`: key i (mod `keys`, when given) at i milliseconds.
+/// Rows `from..to`: key i (mod `keys`, when given) at i milliseconds,
+/// expiring a second later.
 fn rows(from: i64, to: i64, keys: Option<i64>) -> RecordBatch {
+    let micros = |shift: i64| {
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values((from..to).map(|i| i * 1000 + shift))
+                .with_timezone("UTC"),
+        )
+    };
     RecordBatch::try_new(
         schema(),
         vec![
             Arc::new(Int64Array::from_iter_values(
                 (from..to).map(|i| keys.map_or(i, |n| i % n)),
             )),
-            Arc::new(
-                TimestampMicrosecondArray::from_iter_values((from..to).map(|i| i * 1000))
-                    .with_timezone("UTC"),
-            ),
+            micros(0),
+            micros(1_000_000),
         ],
     )
     .unwrap()
@@ -67,6 +70,8 @@ fn drive(sql: &str, tables: [&str; 2], join_retention_us: i64, n: i64, keys: Opt
     let options = QueryOptions {
         lateness_us: 0,
         join_retention_us,
+        // A versioned table's version time, among its two TIMESTAMP columns.
+        event_time: Some("ts".into()),
         ..QueryOptions::default()
     };
     let plan = plan_query(sql, &catalog, options).unwrap();
@@ -140,4 +145,23 @@ fn a_join_retention_holds_rows_that_much_longer_and_no_longer() {
         );
         run.assert_flat(&what);
     }
+}
+
+/// An interval join bounded by a column (`b.ts BETWEEN a.ts AND
+/// a.expires`) holds each of a's rows until the watermark passes its own
+/// `expires` (a second after its time: about 1000 rows at one per
+/// millisecond) and b's until their time, however unbounded the constant
+/// lower bound is.
+#[test]
+fn a_join_bounded_by_a_column_holds_rows_until_their_bound() {
+    let sql = "SELECT b.k FROM a JOIN b ON a.k = b.k AND b.ts BETWEEN a.ts AND a.expires";
+    let run = drive(sql, ["a", "b"], 0, 200_000, None);
+    assert_eq!(run.joined, 200_000, "each b row meets the a row of its key");
+    let steady = &run.held[20..];
+    let (lo, hi) = (steady.iter().min().unwrap(), steady.iter().max().unwrap());
+    assert!(
+        *lo >= 500 && *hi <= 1_000 + 2 * STEP,
+        "{lo}..{hi} rows held, expected about 1000"
+    );
+    run.assert_flat("bounded by a column");
 }

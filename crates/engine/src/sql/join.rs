@@ -174,8 +174,14 @@ impl Lowering {
                     ));
                 }
                 let stream = 1 - table;
-                let declared = sides[table].declared_time();
-                let table_time = single_timestamp(sides[table].schema, declared.as_deref())
+                // Among several TIMESTAMP columns: the event_time setting's,
+                // else the one the source declares.
+                let named = self
+                    .options
+                    .event_time
+                    .clone()
+                    .or_else(|| sides[table].declared_time());
+                let table_time = single_timestamp(sides[table].schema, named.as_deref())
                     .ok_or_else(|| {
                     EngineError::Schema(format!(
                         "the versioned table {} needs exactly one TIMESTAMP column: a version is valid from that time until the key's next version",
