@@ -2,7 +2,7 @@
 # Nexmark Kafka to Kafka (issue: Nexmark, 3b): ubik against Flink SQL (bench/flink, a local
 # mini-cluster in one JVM) on the same topics, the same queries, one after the other in one run.
 #
-#   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 q1 q2 q3 q5 q7 q8"]
+#   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 ... q22": every bench/nexmark query]
 #
 # 1. ubik writes one Nexmark stream of EVENTS events (all kinds; nexmark://TABLE?events=EVENTS
 #    with one base time: each table is its kind's events of that one stream) into the topics
@@ -41,7 +41,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
-QUERIES=${2:-"q0 q1 q2 q3 q5 q7 q8"}
+QUERIES=${2:-"q0 q1 q2 q3 q5 q7 q8 q11 q14 q15 q16 q17 q20 q21 q22"}
 PARTS=${PARTITIONS:-4}
 export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
 if [[ -n ${UBIK:-} ]]; then

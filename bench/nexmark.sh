@@ -5,11 +5,11 @@
 # alone, and with the generator's time, as the peers' figures include
 # theirs), next to Feldera's published per-core figure.
 #
-#   bench/nexmark.sh [EVENTS=10000000] [QUERIES="q0 q1 q2 q3 q5 q7 q8"] [ROUNDS=3]
+#   bench/nexmark.sh [EVENTS=10000000] [QUERIES="q0 ... q22": every bench/nexmark query] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-10000000}
-QUERIES=${2:-"q0 q1 q2 q3 q5 q7 q8"}
+QUERIES=${2:-"q0 q1 q2 q3 q5 q7 q8 q11 q14 q15 q16 q17 q20 q21 q22"}
 ROUNDS=${3:-3}
 source bench/common.sh
 

@@ -7,7 +7,8 @@
 //! The count is exact and order-independent (a set union), so batches may
 //! be folded in parallel and a checkpoint round trip changes nothing. A
 //! checkpoint writes each group's values sorted, so its bytes do not depend
-//! on hash order either.
+//! on hash order either. Its state is DataFusion's (a list of the values),
+//! so a checkpoint written through DataFusion's accumulator restores.
 
 use std::sync::Arc;
 
@@ -120,10 +121,9 @@ impl StreamAccumulator for CountDistinct {
             if lists.is_null(i) {
                 continue;
             }
-            let v = lists.value(i);
-            let v = v
-                .as_primitive_opt::<Int64Type>()
-                .ok_or_else(|| EngineError::Checkpoint("count(DISTINCT) values".into()))?;
+            // DataFusion's state (checkpoints before this accumulator) lists
+            // the values in the argument's own type.
+            let v = values(&lists.value(i))?;
             self.sets[g].extend(v.values().iter().copied());
         }
         Ok(())
