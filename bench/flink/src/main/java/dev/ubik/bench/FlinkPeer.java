@@ -44,6 +44,7 @@ import java.util.Properties;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
+import java.util.stream.Stream;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.CoreOptions;
@@ -201,6 +202,25 @@ public final class FlinkPeer {
     }
   }
 
+  // The price-rank counts q15, q16 and q17 share, and the distinct counts of q15 and q16 (the
+  // SELECT list's lines, then the sink's columns).
+  private static final String RANK_COUNTS = "  count(*) AS total_bids,\n"
+      + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
+      + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
+      + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n";
+  private static final String DISTINCT_COUNTS = Stream.of("bidder", "auction")
+      .map(c -> "  count(distinct " + c + ") AS total_" + c + "s,\n"
+          + "  count(distinct " + c + ") filter (where price < 10000) AS rank1_" + c + "s,\n"
+          + "  count(distinct " + c + ") filter (where price >= 10000 and price < 1000000) AS rank2_"
+          + c + "s,\n"
+          + "  count(distinct " + c + ") filter (where price >= 1000000) AS rank3_" + c + "s")
+      .collect(Collectors.joining(",\n", "", "\n"));
+  private static final String RANK_COLUMNS = "total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT";
+  private static final String DISTINCT_COLUMNS = Stream.of("bidder", "auction")
+      .map(c -> Stream.of("total", "rank1", "rank2", "rank3")
+          .map(r -> r + "_" + c + "s BIGINT").collect(Collectors.joining(", ")))
+      .collect(Collectors.joining(", "));
+
   // The published Flink SQL (github.com/nexmark/nexmark, nexmark-flink/src/main/resources/queries),
   // dateTime renamed date_time; sink columns in the SELECT's order.
   private static final Map<String, Nexmark> QUERIES = Map.ofEntries(
@@ -299,50 +319,28 @@ public final class FlinkPeer {
               + "FROM bid\n"
               + "WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000")),
       Map.entry("q15", new Nexmark(List.of("bid"),
-          "`day` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, total_bidders BIGINT, rank1_bidders BIGINT, rank2_bidders BIGINT, rank3_bidders BIGINT, total_auctions BIGINT, rank1_auctions BIGINT, rank2_auctions BIGINT, rank3_auctions BIGINT",
+          "`day` STRING, " + RANK_COLUMNS + ", " + DISTINCT_COLUMNS,
           "SELECT DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
-          + "  count(*) AS total_bids,\n"
-          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
-          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
-          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
-          + "  count(distinct bidder) AS total_bidders,\n"
-          + "  count(distinct bidder) filter (where price < 10000) AS rank1_bidders,\n"
-          + "  count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,\n"
-          + "  count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,\n"
-          + "  count(distinct auction) AS total_auctions,\n"
-          + "  count(distinct auction) filter (where price < 10000) AS rank1_auctions,\n"
-          + "  count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,\n"
-          + "  count(distinct auction) filter (where price >= 1000000) AS rank3_auctions\n"
+          + RANK_COUNTS
+          + DISTINCT_COUNTS
               + "FROM bid\n"
               + "GROUP BY DATE_FORMAT(date_time, 'yyyy-MM-dd')",
           "`day`")),
       Map.entry("q16", new Nexmark(List.of("bid"),
-          "channel STRING, `day` STRING, `minute` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, total_bidders BIGINT, rank1_bidders BIGINT, rank2_bidders BIGINT, rank3_bidders BIGINT, total_auctions BIGINT, rank1_auctions BIGINT, rank2_auctions BIGINT, rank3_auctions BIGINT",
+          "channel STRING, `day` STRING, `minute` STRING, " + RANK_COLUMNS + ", "
+              + DISTINCT_COLUMNS,
           "SELECT channel, DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
               + "  max(DATE_FORMAT(date_time, 'HH:mm')) as `minute`,\n"
-          + "  count(*) AS total_bids,\n"
-          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
-          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
-          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
-          + "  count(distinct bidder) AS total_bidders,\n"
-          + "  count(distinct bidder) filter (where price < 10000) AS rank1_bidders,\n"
-          + "  count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,\n"
-          + "  count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,\n"
-          + "  count(distinct auction) AS total_auctions,\n"
-          + "  count(distinct auction) filter (where price < 10000) AS rank1_auctions,\n"
-          + "  count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,\n"
-          + "  count(distinct auction) filter (where price >= 1000000) AS rank3_auctions\n"
+          + RANK_COUNTS
+          + DISTINCT_COUNTS
               + "FROM bid\n"
               + "GROUP BY channel, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
           "channel, `day`")),
       Map.entry("q17", new Nexmark(List.of("bid"),
-          "auction BIGINT, `day` STRING, total_bids BIGINT, rank1_bids BIGINT, rank2_bids BIGINT, rank3_bids BIGINT, "
+          "auction BIGINT, `day` STRING, " + RANK_COLUMNS + ", "
               + "min_price BIGINT, max_price BIGINT, avg_price BIGINT, sum_price BIGINT",
           "SELECT auction, DATE_FORMAT(date_time, 'yyyy-MM-dd') as `day`,\n"
-          + "  count(*) AS total_bids,\n"
-          + "  count(*) filter (where price < 10000) AS rank1_bids,\n"
-          + "  count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,\n"
-          + "  count(*) filter (where price >= 1000000) AS rank3_bids,\n"
+          + RANK_COUNTS
               + "  min(price) AS min_price,\n"
               + "  max(price) AS max_price,\n"
               + "  avg(price) AS avg_price,\n"
