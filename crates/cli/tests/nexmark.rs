@@ -106,7 +106,8 @@ enum Output {
     /// Every emitted row: append-only, or windows emitted once.
     Rows,
     /// The changelog's latest value per key: a continuous aggregation
-    /// (upserted as rows come in) or sessions (retracted as they merge).
+    /// (upserted as rows come in), sessions (retracted as they merge) or
+    /// a top-N (ranks upserted as better rows come in).
     Folded,
 }
 
@@ -206,6 +207,11 @@ fn q8_new_users() {
 }
 
 #[test]
+fn q9_winning_bids() {
+    check_output("q9", &["auction", "bid"], 100, Output::Folded);
+}
+
+#[test]
 fn q11_user_sessions() {
     check_output("q11", &["bid"], 500, Output::Folded);
 }
@@ -229,6 +235,16 @@ fn q16_channel_statistics() {
 #[test]
 fn q17_auction_statistics() {
     check_output("q17", &["bid"], 1_000, Output::Folded);
+}
+
+#[test]
+fn q18_find_last_bid() {
+    check_output("q18", &["bid"], 10_000, Output::Folded);
+}
+
+#[test]
+fn q19_auction_top_10_price() {
+    check_output("q19", &["bid"], 1_000, Output::Folded);
 }
 
 #[test]

@@ -174,12 +174,53 @@ pub struct PassthroughPlan {
     pub event_time: EventTime,
 }
 
+/// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn ... WHERE rn <= N`:
+/// the first `limit` rows of every partition key, kept continuously. The
+/// changelog is keyed by the partition columns and the row number (the
+/// number may be left out of the result when `limit` is 1), so its latest
+/// value per key is the current top-N.
+///
+/// Ties in `order` are broken by the row's own columns in input order,
+/// ascending, nulls first: which row holds a rank never depends on arrival
+/// order, and rows equal in every column are interchangeable.
+#[derive(Debug, Clone)]
+pub struct RankPlan {
+    /// `WHERE` below the ranking, over the input schema.
+    pub filter: Option<PhysicalExprRef>,
+    pub event_time: EventTime,
+    /// `PARTITION BY`, over the input schema.
+    pub partition_exprs: Vec<PhysicalExprRef>,
+    /// Fields of `partition_exprs`.
+    pub partition_fields: Vec<FieldRef>,
+    /// `ORDER BY`, over the input schema.
+    pub order: Vec<(PhysicalExprRef, arrow::compute::SortOptions)>,
+    /// Rows kept per partition key (the bound on the row number).
+    pub limit: usize,
+    /// The input columns followed by the row number (`UInt64`, from 1).
+    pub ranked_schema: SchemaRef,
+    /// The SELECT list, over `ranked_schema`.
+    pub projection: Vec<PhysicalExprRef>,
+}
+
 #[derive(Debug, Clone)]
 pub enum QueryKind {
     /// Filter/projection only: append-only output, no state.
     Passthrough(PassthroughPlan),
     /// Windowed or continuous aggregation: an upsert changelog.
     Aggregate(AggregatePlan),
+    /// Continuous top-N per key (`ROW_NUMBER`): an upsert changelog.
+    Rank(RankPlan),
+}
+
+impl QueryKind {
+    /// `WHERE` and event time of a stateful stage (aggregation or ranking).
+    pub fn stage_input(&self) -> Option<(Option<&PhysicalExprRef>, &EventTime)> {
+        match self {
+            QueryKind::Aggregate(a) => Some((a.filter.as_ref(), &a.event_time)),
+            QueryKind::Rank(r) => Some((r.filter.as_ref(), &r.event_time)),
+            QueryKind::Passthrough(_) => None,
+        }
+    }
 }
 
 /// A query ready to run: what it reads, what it writes, and how.
@@ -212,7 +253,7 @@ impl QueryPlan {
     /// that emits as the watermark completes its pairs), so idle sources
     /// must have their watermark advanced for results to appear.
     pub fn uses_watermark(&self) -> bool {
-        self.join.is_some() || matches!(self.kind, QueryKind::Aggregate(_))
+        self.join.is_some() || self.is_keyed()
     }
 
     pub fn key_names(&self) -> Vec<&str> {
@@ -226,7 +267,7 @@ impl QueryPlan {
     /// (an aggregation), as opposed to append-only rows (a pass-through, whose
     /// Kafka records carry no key).
     pub fn is_keyed(&self) -> bool {
-        matches!(self.kind, QueryKind::Aggregate(_))
+        matches!(self.kind, QueryKind::Aggregate(_) | QueryKind::Rank(_))
     }
 
     /// Whether records carry a key: a changelog's, or the one chosen for an
@@ -238,7 +279,7 @@ impl QueryPlan {
     pub fn window(&self) -> Option<WindowSpec> {
         match &self.kind {
             QueryKind::Aggregate(a) => a.window,
-            QueryKind::Passthrough(_) => None,
+            QueryKind::Passthrough(_) | QueryKind::Rank(_) => None,
         }
     }
 
@@ -249,7 +290,7 @@ impl QueryPlan {
             QueryKind::Aggregate(a) => {
                 a.having.is_some() || matches!(a.window, Some(WindowSpec::Session { .. }))
             }
-            QueryKind::Passthrough(_) => false,
+            QueryKind::Passthrough(_) | QueryKind::Rank(_) => false,
         }
     }
 
@@ -264,6 +305,7 @@ impl QueryPlan {
                 Some(w) => format!("windowed ({}) aggregation", w.name()),
                 None => "continuous aggregation".into(),
             },
+            QueryKind::Rank(r) => format!("continuous top-{} (ROW_NUMBER)", r.limit),
         }
     }
 }
@@ -273,7 +315,7 @@ impl fmt::Display for QueryPlan {
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
-        if let (Some(j), QueryKind::Aggregate(_)) = (&self.join, &self.kind) {
+        if let (Some(j), QueryKind::Aggregate(_) | QueryKind::Rank(_)) = (&self.join, &self.kind) {
             writeln!(f, "over: {}", j.describe())?;
         }
         writeln!(f, "schema:")?;

@@ -15,6 +15,7 @@ use crate::operator::emit::Emitter;
 use crate::operator::eval::{eval_array, eval_predicate};
 use crate::operator::join::Joined;
 use crate::operator::join_node::{Arrival, JoinNode};
+use crate::operator::rank::RankOperator;
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
@@ -55,10 +56,17 @@ impl Query {
                     None => Box::new(ContinuousOperator::new(a, &plan.options, emitter, schema)?),
                 })
             }
+            QueryKind::Rank(r) => Some(Box::new(RankOperator::new(
+                r,
+                &plan.options,
+                Arc::clone(&plan.input_schema),
+                Arc::clone(&plan.output_schema),
+                plan.key_columns.clone(),
+            )?)),
         };
         let lateness = match &plan.kind {
             _ if plan.join.is_some() => plan.options.lateness_us.max(0),
-            QueryKind::Aggregate(a) if matches!(a.event_time, EventTime::Column(_)) => {
+            kind if matches!(kind.stage_input(), Some((_, EventTime::Column(_)))) => {
                 plan.options.lateness_us.max(0)
             }
             _ => 0,
@@ -112,7 +120,8 @@ impl Query {
         }
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
-            QueryKind::Aggregate(a) => {
+            kind @ (QueryKind::Aggregate(_) | QueryKind::Rank(_)) => {
+                let (filter, event_time) = kind.stage_input().expect("a stateful stage");
                 let lateness = self.progress.lateness;
                 let stamped = stamp(
                     self.progress.partition(partition),
@@ -120,15 +129,15 @@ impl Query {
                     plan.options.max_future_us,
                     partition,
                     batch,
-                    a.filter.as_deref(),
-                    &a.event_time,
+                    filter.map(|f| f.as_ref()),
+                    event_time,
                     None,
                     out,
                 )?;
                 if let Some(stamped) = stamped {
                     self.operator
                         .as_mut()
-                        .expect("aggregate operator")
+                        .expect("stateful operator")
                         .process_batch(stamped, out)?;
                 }
                 self.fire(out)
@@ -278,13 +287,14 @@ impl Query {
         let plan = Arc::clone(&self.plan);
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, &joined.rows, out),
-            QueryKind::Aggregate(a) => {
+            kind @ (QueryKind::Aggregate(_) | QueryKind::Rank(_)) => {
+                let (filter, event_time) = kind.stage_input().expect("a stateful stage");
                 let n = joined.rows.num_rows();
-                let keep = match &a.filter {
+                let keep = match filter {
                     Some(f) => Some(eval_predicate(f.as_ref(), &joined.rows)?),
                     None => None,
                 };
-                let EventTime::Column(expr) = &a.event_time else {
+                let EventTime::Column(expr) = event_time else {
                     return Err(EngineError::Internal(
                         "a join stage without event time".into(),
                     ));

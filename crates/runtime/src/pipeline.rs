@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use ubik_connector::{
     Chunk, DEFAULT_POLL_TIMEOUT, DeadLetter, DeadLetterSink, Payload, Source, SourceEvent,
 };
-use ubik_engine::plan::{EventTime, QueryKind};
+use ubik_engine::plan::EventTime;
 use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
 use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
@@ -790,8 +790,7 @@ impl Pipeline {
         }
         let event_time = match &self.query.plan().kind {
             _ if self.query.plan().join.is_some() => true,
-            QueryKind::Aggregate(a) => matches!(a.event_time, EventTime::Column(_)),
-            QueryKind::Passthrough(_) => false,
+            kind => matches!(kind.stage_input(), Some((_, EventTime::Column(_)))),
         };
         let lateness = progress.lateness;
         let grid = self.query.plan().options.emit_every_rows.max(1);

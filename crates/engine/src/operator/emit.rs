@@ -161,7 +161,7 @@ impl Emitter {
         }
         let selected = UInt32Array::from(selected);
         let out = take_record_batch(&out, &selected)?;
-        let order = self.key_order(&out)?;
+        let order = key_order(&out, &self.key_columns)?;
         let rows_out = match &order {
             Some(o) => take_record_batch(&out, o)?,
             None => out,
@@ -190,21 +190,23 @@ impl Emitter {
             visible,
         ))
     }
+}
 
-    fn key_order(&self, batch: &RecordBatch) -> Result<Option<UInt32Array>> {
-        if self.key_columns.is_empty() || batch.num_rows() < 2 {
-            return Ok(None);
-        }
-        let cols: Vec<SortColumn> = self
-            .key_columns
-            .iter()
-            .map(|&i| SortColumn {
-                values: Arc::clone(batch.column(i)),
-                options: None,
-            })
-            .collect();
-        Ok(Some(lexsort_to_indices(&cols, None)?))
+/// The order of `batch`'s rows by the columns `key_columns` (`None`: keep
+/// the order, when there is no key or at most one row). Emissions are
+/// ordered by key so their bytes never depend on hash-table order.
+pub(crate) fn key_order(batch: &RecordBatch, key_columns: &[usize]) -> Result<Option<UInt32Array>> {
+    if key_columns.is_empty() || batch.num_rows() < 2 {
+        return Ok(None);
     }
+    let cols: Vec<SortColumn> = key_columns
+        .iter()
+        .map(|&i| SortColumn {
+            values: Arc::clone(batch.column(i)),
+            options: None,
+        })
+        .collect();
+    Ok(Some(lexsort_to_indices(&cols, None)?))
 }
 
 /// `take` for a list of arrays.

@@ -6,6 +6,7 @@ pub mod emit;
 pub mod eval;
 pub mod join;
 pub mod join_node;
+pub mod rank;
 pub mod rollup;
 pub mod session;
 pub mod time_queue;

@@ -12,7 +12,7 @@ use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
 use datafusion_expr::{AggregateUDF, HigherOrderUDF, ScalarUDF, TableSource, WindowUDF};
 
-use super::functions::window_udfs;
+use super::functions::{ranking_udwfs, window_udfs};
 
 /// The tables a query may read: SQL table name to Arrow schema.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +43,7 @@ pub(crate) struct PlanningContext<'a> {
     catalog: &'a Catalog,
     scalars: HashMap<String, Arc<ScalarUDF>>,
     aggregates: HashMap<String, Arc<AggregateUDF>>,
+    windows: HashMap<String, Arc<WindowUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
     options: ConfigOptions,
 }
@@ -66,6 +67,10 @@ impl<'a> PlanningContext<'a> {
             }
             aggregates.insert(f.name().to_string(), f);
         }
+        let windows = ranking_udwfs()
+            .into_iter()
+            .map(|f| (f.name().to_string(), f))
+            .collect();
         let planners: Vec<Arc<dyn ExprPlanner>> = vec![
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
@@ -76,6 +81,7 @@ impl<'a> PlanningContext<'a> {
             catalog,
             scalars,
             aggregates,
+            windows,
             planners,
             options: ConfigOptions::default(),
         }
@@ -116,8 +122,8 @@ impl ContextProvider for PlanningContext<'_> {
     fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
         self.aggregates.get(name).cloned()
     }
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
-        None
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.windows.get(name).cloned()
     }
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
         None
@@ -135,6 +141,6 @@ impl ContextProvider for PlanningContext<'_> {
         self.aggregates.keys().cloned().collect()
     }
     fn udwf_names(&self) -> Vec<String> {
-        Vec::new()
+        self.windows.keys().cloned().collect()
     }
 }

@@ -172,3 +172,52 @@ pub fn window_udfs() -> Vec<Arc<ScalarUDF>> {
     })));
     out
 }
+
+/// `ROW_NUMBER()`, `RANK()` and `DENSE_RANK()`, known to the planner so a
+/// top-N plans (`ROW_NUMBER`, run by the rank operator) and the other two
+/// are refused by name rather than as unknown functions.
+pub fn ranking_udwfs() -> Vec<Arc<datafusion_expr::WindowUDF>> {
+    ["row_number", "rank", "dense_rank"]
+        .into_iter()
+        .map(|name| {
+            Arc::new(datafusion_expr::WindowUDF::new_from_impl(RankingFunction {
+                name,
+                signature: Signature::nullary(Volatility::Immutable),
+            }))
+        })
+        .collect()
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct RankingFunction {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl datafusion_expr::WindowUDFImpl for RankingFunction {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn partition_evaluator(
+        &self,
+        _args: datafusion_expr::function::PartitionEvaluatorArgs,
+    ) -> Result<Box<dyn datafusion_expr::PartitionEvaluator>> {
+        plan_err!(
+            "{}() runs only as a streaming top-N (the rank operator)",
+            self.name
+        )
+    }
+    fn field(
+        &self,
+        args: datafusion_expr::function::WindowUDFFieldArgs,
+    ) -> Result<arrow::datatypes::FieldRef> {
+        Ok(Arc::new(arrow::datatypes::Field::new(
+            args.name(),
+            DataType::UInt64,
+            false,
+        )))
+    }
+}

@@ -4,6 +4,7 @@ pub mod context;
 pub mod functions;
 pub mod join;
 pub mod planner;
+pub mod rank;
 pub mod versioned;
 
 pub use context::Catalog;

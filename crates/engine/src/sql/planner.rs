@@ -235,7 +235,8 @@ impl<'a> Chain<'a> {
         }
     }
 
-    /// Walks down single-input Projection/Filter/SubqueryAlias nodes.
+    /// Walks down single-input Projection/Filter/SubqueryAlias nodes (and
+    /// stops at an Aggregate or a Window if `stop_at_aggregate`: the stage).
     pub(super) fn walk(top: &'a LogicalPlan, stop_at_aggregate: bool) -> Result<Self> {
         let mut nodes = Vec::new();
         let mut node = top;
@@ -253,7 +254,7 @@ impl<'a> Chain<'a> {
                     nodes.push(node);
                     node = &s.input;
                 }
-                LogicalPlan::Aggregate(_) if stop_at_aggregate => break,
+                LogicalPlan::Aggregate(_) | LogicalPlan::Window(_) if stop_at_aggregate => break,
                 LogicalPlan::TableScan(_) | LogicalPlan::Join(_) => break,
                 LogicalPlan::Aggregate(_) => {
                     return Err(EngineError::unsupported(
@@ -357,8 +358,8 @@ pub(super) fn unsupported_node(plan: &LogicalPlan) -> EngineError {
             "rewrite the side as one of those",
         ),
         LogicalPlan::Window(_) => EngineError::unsupported(
-            "SQL window functions (OVER ...) are not supported; ubik's windows are TUMBLE, HOP and SESSION in GROUP BY",
-            "GROUP BY TUMBLE(ts, INTERVAL '1 MINUTE') instead",
+            "SQL window functions (OVER ...) run only as a top-N directly over a table or a join: SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn FROM t) WHERE rn <= N; ubik's time windows are TUMBLE, HOP and SESSION in GROUP BY",
+            "for aggregates over time, GROUP BY TUMBLE(ts, INTERVAL '1 MINUTE') instead",
         ),
         LogicalPlan::Union(_) => EngineError::unsupported("UNION is not supported yet", ""),
         LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => EngineError::unsupported(
@@ -442,6 +443,10 @@ impl Lowering {
         }
     }
 
+    pub(super) fn sql(&self) -> &str {
+        &self.sql
+    }
+
     pub(super) fn physical(&self, expr: &Expr, schema: &DFSchema) -> Result<PhysicalExprRef> {
         Ok(create_physical_expr(
             expr,
@@ -468,12 +473,13 @@ impl Lowering {
         let top = Chain::walk(root, true)?;
         match top.bottom {
             LogicalPlan::Aggregate(agg) => self.lower_aggregate(root, &top, agg, output_schema),
+            LogicalPlan::Window(w) => self.lower_rank(root, &top, w, output_schema),
             bottom => self.lower_passthrough(root, &top, bottom, output_schema),
         }
     }
 
     /// What a stage reads: one source table, or a join of two.
-    fn stage_input(&self, bottom: &LogicalPlan) -> Result<StageInput> {
+    pub(super) fn stage_input(&self, bottom: &LogicalPlan) -> Result<StageInput> {
         match bottom {
             LogicalPlan::TableScan(scan) => Ok(StageInput {
                 schema: Arc::clone(&scan.projected_schema),
@@ -493,7 +499,7 @@ impl Lowering {
     }
 
     /// The event-time column of a continuous or pass-through query.
-    fn default_event_time(&self, input: &StageInput) -> Result<EventTime> {
+    pub(super) fn default_event_time(&self, input: &StageInput) -> Result<EventTime> {
         if let Some(j) = &input.join {
             return Ok(EventTime::Column(join::time_column(input, j)?));
         }

@@ -11,6 +11,8 @@ pub enum StateEntry {
     Groups,
     /// Session windows, one row each: `sessions`.
     Sessions,
+    /// The kept rows of a top-N, one row each: `ranks`.
+    Ranks,
     /// The keyed state of an open window, by start: `open/<start>`.
     Open(i64),
     /// A closed window kept for late rows, by start: `closed/<start>`.
@@ -33,6 +35,7 @@ impl StateEntry {
         match self {
             StateEntry::Groups => "state".into(),
             StateEntry::Sessions => "sessions".into(),
+            StateEntry::Ranks => "ranks".into(),
             StateEntry::Open(start) => format!("open/{start}"),
             StateEntry::Closed(start) => format!("closed/{start}"),
             StateEntry::Pending {
@@ -59,6 +62,7 @@ impl StateEntry {
         Ok(match parts.as_slice() {
             ["state"] => StateEntry::Groups,
             ["sessions"] => StateEntry::Sessions,
+            ["ranks"] => StateEntry::Ranks,
             ["open", start] => StateEntry::Open(num(start)?),
             ["closed", start] => StateEntry::Closed(num(start)?),
             // Windowed queries of format 1 wrote no partition (their late rows are not sorted by it).
@@ -95,6 +99,7 @@ mod tests {
         for e in [
             StateEntry::Groups,
             StateEntry::Sessions,
+            StateEntry::Ranks,
             StateEntry::Open(-60_000_000),
             StateEntry::Closed(120),
             StateEntry::Pending {

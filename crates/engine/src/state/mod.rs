@@ -9,5 +9,6 @@ pub mod keyed;
 pub mod pending;
 
 pub use entry::StateEntry;
+pub use interner::Interner;
 pub use keyed::{AggInputs, KeyedState};
 pub use pending::{PendingPart, PendingRows};

@@ -1,0 +1,420 @@
+//! Continuous top-N (`ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..)`
+//! bounded by `rn <= N`): the first N rows of every partition key.
+//!
+//! Rows are encoded in Arrow's row format, the ORDER BY columns first and
+//! then every input column, so comparing two encodings compares the order
+//! and breaks ties by the whole row: the top-N is a function of the set of
+//! rows seen, not of their arrival order. As in a continuous aggregation,
+//! rows are queued by the grid point after their stamp and folded in when
+//! the watermark passes it; each fold emits the ranks whose row changed.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+
+use super::emit::key_order;
+use super::eval::eval_array;
+use super::{ChangeBatch, Operator, OperatorSnapshot, Output, StampedBatch};
+use crate::error::{EngineError, Result};
+use crate::plan::{EventTime, PhysicalExprRef, QueryOptions, RankPlan};
+use crate::state::{Interner, PendingRows, StateEntry};
+use crate::time::MIN_TIME;
+
+/// One kept row: its encoding and the rank it was last emitted at.
+struct Entry {
+    row: Vec<u8>,
+    /// 1-based rank of the last emission of this row, 0 if never emitted.
+    shown: u64,
+}
+
+/// The kept rows of one partition key, best first.
+struct Top {
+    entries: Vec<Entry>,
+    /// Latest event time folded in (the record timestamp).
+    max_time: i64,
+    dirty: bool,
+}
+
+impl Default for Top {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            max_time: MIN_TIME,
+            dirty: false,
+        }
+    }
+}
+
+pub struct RankOperator {
+    grid: i64,
+    has_event_time: bool,
+    limit: usize,
+    partition_exprs: Vec<PhysicalExprRef>,
+    order_exprs: Vec<PhysicalExprRef>,
+    converter: RowConverter,
+    groups: Interner,
+    tops: Vec<Top>,
+    dirty: Vec<usize>,
+    pending: PendingRows,
+    input_schema: SchemaRef,
+    ranked_schema: SchemaRef,
+    projection: Vec<PhysicalExprRef>,
+    output_schema: SchemaRef,
+    key_columns: Vec<usize>,
+    /// Reused per fold: each row's group.
+    group_of: Vec<usize>,
+}
+
+impl RankOperator {
+    pub fn new(
+        plan: &RankPlan,
+        options: &QueryOptions,
+        input_schema: SchemaRef,
+        output_schema: SchemaRef,
+        key_columns: Vec<usize>,
+    ) -> Result<Self> {
+        let has_event_time = matches!(plan.event_time, EventTime::Column(_));
+        let grid = if has_event_time {
+            options.emit_interval_us
+        } else {
+            options.emit_every_rows
+        }
+        .max(1);
+        let order_types = plan
+            .order
+            .iter()
+            .map(|(e, opts)| {
+                Ok(SortField::new_with_options(
+                    e.data_type(&input_schema)?,
+                    *opts,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let fields: Vec<SortField> = order_types
+            .into_iter()
+            .chain(
+                input_schema
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone())),
+            )
+            .collect();
+        Ok(Self {
+            grid,
+            has_event_time,
+            limit: plan.limit.max(1),
+            partition_exprs: plan.partition_exprs.clone(),
+            order_exprs: plan.order.iter().map(|(e, _)| Arc::clone(e)).collect(),
+            converter: RowConverter::new(fields)?,
+            groups: Interner::new(&plan.partition_fields)?,
+            tops: Vec::new(),
+            dirty: Vec::new(),
+            pending: PendingRows::new(Arc::clone(&input_schema), "__time"),
+            input_schema,
+            ranked_schema: Arc::clone(&plan.ranked_schema),
+            projection: plan.projection.clone(),
+            output_schema,
+            key_columns,
+            group_of: Vec::new(),
+        })
+    }
+
+    /// The converter's columns for `batch`: ORDER BY values, then the row.
+    fn sort_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let mut cols = self
+            .order_exprs
+            .iter()
+            .map(|e| eval_array(e.as_ref(), batch))
+            .collect::<Result<Vec<_>>>()?;
+        cols.extend(batch.columns().iter().cloned());
+        Ok(cols)
+    }
+
+    /// Folds `batch` in; `times` are the rows' event times (or ordinals).
+    fn fold(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<()> {
+        let n = batch.num_rows();
+        let keys = self
+            .partition_exprs
+            .iter()
+            .map(|e| eval_array(e.as_ref(), batch))
+            .collect::<Result<Vec<_>>>()?;
+        let mut group_of = std::mem::take(&mut self.group_of);
+        self.groups.intern(&keys, n, &mut group_of)?;
+        if self.tops.len() < self.groups.len() {
+            self.tops.resize_with(self.groups.len(), Top::default);
+        }
+        let rows = self.converter.convert_columns(&self.sort_columns(batch)?)?;
+        for (i, &g) in group_of.iter().enumerate() {
+            let top = &mut self.tops[g];
+            if self.has_event_time {
+                top.max_time = top.max_time.max(times[i]);
+            }
+            let row = rows.row(i);
+            let candidate: &[u8] = row.as_ref();
+            let full = top.entries.len() >= self.limit;
+            if full
+                && top
+                    .entries
+                    .last()
+                    .is_some_and(|e| e.row.as_slice() <= candidate)
+            {
+                continue;
+            }
+            let at = top
+                .entries
+                .partition_point(|e| e.row.as_slice() <= candidate);
+            // The evicted row's buffer holds the new one: no allocation
+            // once a key's top is full.
+            let mut entry = match full {
+                true => top.entries.pop().expect("a full top has rows"),
+                false => Entry {
+                    row: Vec::with_capacity(candidate.len()),
+                    shown: 0,
+                },
+            };
+            entry.row.clear();
+            entry.row.extend_from_slice(candidate);
+            entry.shown = 0;
+            top.entries.insert(at, entry);
+            if !top.dirty {
+                top.dirty = true;
+                self.dirty.push(g);
+            }
+        }
+        self.group_of = group_of;
+        Ok(())
+    }
+
+    fn flush(&mut self, tick: i64, out: &mut Output) -> Result<()> {
+        let mut list = self.pending.take(tick);
+        if list.is_empty() {
+            return Ok(());
+        }
+        list.sort_by_key(|p| p.partition);
+        for p in &list {
+            self.fold(&p.batch, &p.values)?;
+        }
+        self.emit_changed(out)
+    }
+
+    /// Emits every rank of a changed key whose row is not the one last
+    /// emitted at that rank, ordered by key.
+    fn emit_changed(&mut self, out: &mut Output) -> Result<()> {
+        let mut ranks = Vec::new();
+        let mut times = Vec::new();
+        let mut picked: Vec<(usize, usize)> = Vec::new();
+        for g in std::mem::take(&mut self.dirty) {
+            let top = &mut self.tops[g];
+            top.dirty = false;
+            for (r, e) in top.entries.iter_mut().enumerate() {
+                let rank = r as u64 + 1;
+                if e.shown != rank {
+                    e.shown = rank;
+                    picked.push((g, r));
+                    ranks.push(rank);
+                    times.push(top.max_time);
+                }
+            }
+        }
+        if picked.is_empty() {
+            return Ok(());
+        }
+        let parser = self.converter.parser();
+        let encoded = picked
+            .iter()
+            .map(|&(g, r)| parser.parse(&self.tops[g].entries[r].row));
+        let decoded = self.converter.convert_rows(encoded)?;
+        let mut columns: Vec<ArrayRef> = decoded[self.order_exprs.len()..].to_vec();
+        columns.push(Arc::new(UInt64Array::from(ranks)));
+        let ranked = RecordBatch::try_new(Arc::clone(&self.ranked_schema), columns)?;
+        let projected = self
+            .projection
+            .iter()
+            .map(|e| eval_array(e.as_ref(), &ranked))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = RecordBatch::try_new(Arc::clone(&self.output_schema), projected)?;
+        let timestamps = Int64Array::from_iter(
+            times
+                .into_iter()
+                .map(|t| (self.has_event_time && t != MIN_TIME).then_some(t)),
+        );
+        let (rows, timestamps) = match key_order(&rows, &self.key_columns)? {
+            Some(o) => (
+                arrow::compute::take_record_batch(&rows, &o)?,
+                arrow::compute::take(&timestamps, &o, None)?
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .expect("timestamps are Int64")
+                    .clone(),
+            ),
+            None => (rows, timestamps),
+        };
+        out.changes.push(ChangeBatch {
+            rows,
+            deletes: None,
+            timestamps,
+        });
+        Ok(())
+    }
+
+    /// Every kept row as a batch: partition keys, the input row, the rank
+    /// it was last emitted at (0: not yet) and its key's latest time.
+    fn state_batch(&mut self) -> Result<RecordBatch> {
+        let mut groups = Vec::new();
+        let mut shown = Vec::new();
+        let mut times = Vec::new();
+        let parser = self.converter.parser();
+        let mut encoded = Vec::new();
+        for (g, top) in self.tops.iter().enumerate() {
+            for e in &top.entries {
+                groups.push(g);
+                shown.push(e.shown);
+                times.push(top.max_time);
+                encoded.push(parser.parse(&e.row));
+            }
+        }
+        let decoded = self.converter.convert_rows(encoded)?;
+        let mut columns = self.groups.keys(&groups)?;
+        columns.extend(decoded[self.order_exprs.len()..].iter().cloned());
+        columns.push(Arc::new(UInt64Array::from(shown)));
+        columns.push(Arc::new(Int64Array::from(times)));
+        Ok(RecordBatch::try_new(self.state_schema(), columns)?)
+    }
+
+    fn state_schema(&self) -> SchemaRef {
+        let mut fields: Vec<arrow::datatypes::FieldRef> = self
+            .groups
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Arc::new(
+                    f.as_ref()
+                        .clone()
+                        .with_name(format!("__partition_{i}"))
+                        .with_nullable(true),
+                )
+            })
+            .collect();
+        fields.extend(
+            self.input_schema
+                .fields()
+                .iter()
+                .map(|f| Arc::new(f.as_ref().clone().with_nullable(true))),
+        );
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            "__shown",
+            arrow::datatypes::DataType::UInt64,
+            false,
+        )));
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            "__max_time",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )));
+        Arc::new(arrow::datatypes::Schema::new(fields))
+    }
+
+    fn restore_rows(&mut self, batch: &RecordBatch) -> Result<()> {
+        let k = self.partition_exprs.len();
+        let m = self.input_schema.fields().len();
+        if batch.num_columns() != k + m + 2 {
+            return Err(EngineError::Checkpoint(format!(
+                "top-N state has {} columns, expected {}",
+                batch.num_columns(),
+                k + m + 2
+            )));
+        }
+        let n = batch.num_rows();
+        let keys = batch.columns()[..k].to_vec();
+        let mut group_of = Vec::new();
+        self.groups.intern(&keys, n, &mut group_of)?;
+        self.tops.resize_with(self.groups.len(), Top::default);
+        let input = RecordBatch::try_new(
+            Arc::clone(&self.input_schema),
+            batch.columns()[k..k + m].to_vec(),
+        )?;
+        let rows = self
+            .converter
+            .convert_columns(&self.sort_columns(&input)?)?;
+        let col = |i: usize| batch.column(i).as_any();
+        let shown = col(k + m)
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| EngineError::Checkpoint("top-N state: bad __shown column".into()))?;
+        let times = col(k + m + 1)
+            .downcast_ref::<Int64Array>()
+            .ok_or_else(|| EngineError::Checkpoint("top-N state: bad __max_time column".into()))?;
+        // Entries were written best first per key.
+        for (i, &g) in group_of.iter().enumerate() {
+            let top = &mut self.tops[g];
+            top.max_time = times.value(i);
+            top.entries.push(Entry {
+                row: rows.row(i).as_ref().to_vec(),
+                shown: shown.value(i),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Operator for RankOperator {
+    fn process_batch(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
+        self.pending.push_runs(
+            input.partition,
+            &input.batch,
+            &input.stamps,
+            &input.times,
+            self.grid,
+        );
+        Ok(())
+    }
+
+    fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
+        while let Some(tick) = self.pending.first_tick() {
+            if tick > watermark {
+                break;
+            }
+            self.flush(tick, out)?;
+        }
+        Ok(())
+    }
+
+    fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
+        let mut batches = vec![(StateEntry::Ranks, self.state_batch()?)];
+        self.pending.snapshot(&mut batches)?;
+        Ok(OperatorSnapshot::new(batches))
+    }
+
+    fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        for (entry, batch) in snapshot.batches {
+            match entry {
+                StateEntry::Ranks => self.restore_rows(&batch)?,
+                StateEntry::Pending {
+                    tick, partition, ..
+                } => self.pending.restore(tick, partition, &batch)?,
+                other => return Err(other.unexpected("top-N")),
+            }
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> usize {
+        let rows: usize = self
+            .tops
+            .iter()
+            .map(|t| {
+                t.entries.capacity() * std::mem::size_of::<Entry>()
+                    + t.entries.iter().map(|e| e.row.capacity()).sum::<usize>()
+            })
+            .sum();
+        rows + self.tops.capacity() * std::mem::size_of::<Top>()
+            + self.groups.size()
+            + self.pending.size()
+    }
+
+    fn state_keys(&self) -> usize {
+        self.groups.len()
+    }
+}
