@@ -7,7 +7,7 @@
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
  *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
- *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7, q8, q11, q14, q15, q16, q17, q20, q21 or q22), the published Flink SQL
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7, q8, q9, q11, q14, q15, q16, q17, q18, q19, q20, q21 or q22), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
@@ -296,6 +296,28 @@ public final class FlinkPeer {
               + "  GROUP BY A.seller, TUMBLE(A.date_time, INTERVAL '10' SECOND)\n"
               + ") A\n"
               + "ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime")),
+      // A regular join in Flink (expires is not a time attribute), whose inputs must not carry
+      // rowtime attributes: the published query reads views of the tables without them, here
+      // subqueries that compute their times. The ranking is an update stream.
+      Map.entry("q9", new Nexmark(List.of("auction", "bid"),
+          "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, reserve BIGINT, "
+              + "date_time TIMESTAMP_LTZ(3), expires TIMESTAMP_LTZ(3), seller BIGINT, category BIGINT, "
+              + "extra STRING, auction BIGINT, bidder BIGINT, price BIGINT, "
+              + "bid_date_time TIMESTAMP_LTZ(3), bid_extra STRING",
+          "SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category, extra,\n"
+              + "  auction, bidder, price, bid_date_time, bid_extra\n"
+              + "FROM (\n"
+              + "  SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time, B.extra AS bid_extra,\n"
+              + "    ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC) AS rownum\n"
+              + "  FROM (SELECT id, item_name, description, initial_bid, reserve,\n"
+              + "          CAST(date_time AS TIMESTAMP_LTZ(3)) AS date_time, expires,\n"
+              + "          seller, category, extra FROM auction) A,\n"
+              + "       (SELECT auction, bidder, price, channel, url,\n"
+              + "          CAST(date_time AS TIMESTAMP_LTZ(3)) AS date_time, extra FROM bid) B\n"
+              + "  WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires\n"
+              + ")\n"
+              + "WHERE rownum <= 1",
+          "id")),
       // SESSION_END is left out, as in ubik's (the last bid plus the gap).
       Map.entry("q11", new Nexmark(List.of("bid"),
           "bidder BIGINT, bid_count BIGINT, starttime TIMESTAMP_LTZ(3)",
@@ -348,6 +370,21 @@ public final class FlinkPeer {
               + "FROM bid\n"
               + "GROUP BY auction, DATE_FORMAT(date_time, 'yyyy-MM-dd')",
           "auction, `day`")),
+      Map.entry("q18", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+              + "date_time TIMESTAMP_LTZ(3), extra STRING",
+          "SELECT auction, bidder, price, channel, url, date_time, extra\n"
+              + "FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rank_number\n"
+              + "      FROM bid)\n"
+              + "WHERE rank_number <= 1",
+          "auction, bidder")),
+      Map.entry("q19", new Nexmark(List.of("bid"),
+          "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+              + "date_time TIMESTAMP_LTZ(3), extra STRING, rank_number BIGINT",
+          "SELECT * FROM\n"
+              + "(SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number FROM bid)\n"
+              + "WHERE rank_number <= 10",
+          "auction, rank_number")),
       // The auction's date_time and extra renamed, as in ubik's (one value per JSON name).
       Map.entry("q20", new Nexmark(List.of("bid", "auction"),
           "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
