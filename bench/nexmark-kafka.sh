@@ -41,7 +41,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
-QUERIES=${2:-"q0 q1 q2 q3 q5 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
+QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
 PARTS=${PARTITIONS:-4}
 export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
 if [[ -n ${UBIK:-} ]]; then
@@ -71,7 +71,7 @@ declare -A SCHEMA=(
 tables() { # query: the tables it reads
   case $1 in
   q3 | q8) echo person auction ;;
-  q9 | q20) echo bid auction ;;
+  q4 | q9 | q20) echo bid auction ;;
   *) echo bid ;;
   esac
 }
@@ -79,7 +79,7 @@ query_flags() { # query: ubik flags it needs over Kafka
   case $1 in
   # The auctions, a versioned table, have two TIMESTAMP columns; the declared schema cannot say
   # which is the version time (nexmark:// declares it).
-  q9 | q20) echo --event-time date_time ;;
+  q4 | q9 | q20) echo --event-time date_time ;;
   esac
 }
 topic() { echo "nx-$1-$RUN"; }
@@ -184,9 +184,9 @@ def norm(v):
     return v
 
 # Queries whose Flink result is an update stream (upsert-kafka): folded, latest per key.
-UPSERT = {"q5", "q9", "q15", "q16", "q17", "q18", "q19"}
+UPSERT = {"q4", "q5", "q9", "q15", "q16", "q17", "q18", "q19"}
 # Queries whose ubik result is too (continuous aggregations; sessions, retracted as they merge).
-UBIK_UPSERT = {"q9", "q11", "q15", "q16", "q17", "q18", "q19"}
+UBIK_UPSERT = {"q4", "q9", "q11", "q15", "q16", "q17", "q18", "q19"}
 
 def rows(topic, fold=False):
     c = ck.Consumer({"bootstrap.servers": broker, "group.id": "nexmark-verify-" + topic,

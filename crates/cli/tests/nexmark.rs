@@ -192,6 +192,11 @@ fn q3_local_item_suggestion() {
 }
 
 #[test]
+fn q4_average_price_for_a_category() {
+    check_output("q4", &["auction", "bid"], 5, Output::Folded);
+}
+
+#[test]
 fn q5_hot_items() {
     check("q5", &["bid"], 20);
 }

@@ -202,6 +202,24 @@ pub struct RankPlan {
     pub projection: Vec<PhysicalExprRef>,
 }
 
+/// An aggregation over a continuous aggregation (Nexmark q4: `avg(final)
+/// ... GROUP BY category` over per-auction `max(price) AS final`). The
+/// inner result is a changelog: whenever an inner group's row changes, its
+/// previous version is taken back out of its outer group and the new one
+/// folded in, so the outer groups always aggregate the inner result's
+/// current rows. An outer group no inner row belongs to any more is
+/// retracted (a tombstone).
+#[derive(Debug, Clone)]
+pub struct RegroupPlan {
+    /// The continuous aggregation over the input (the subquery).
+    pub inner: AggregatePlan,
+    /// The inner aggregation's result schema (its SELECT list).
+    pub inner_schema: SchemaRef,
+    /// The query's own aggregation, over `inner_schema`; continuous, and
+    /// every aggregate retractable.
+    pub outer: AggregatePlan,
+}
+
 #[derive(Debug, Clone)]
 pub enum QueryKind {
     /// Filter/projection only: append-only output, no state.
@@ -210,6 +228,8 @@ pub enum QueryKind {
     Aggregate(AggregatePlan),
     /// Continuous top-N per key (`ROW_NUMBER`): an upsert changelog.
     Rank(RankPlan),
+    /// An aggregation over a continuous aggregation: an upsert changelog.
+    Regroup(RegroupPlan),
 }
 
 impl QueryKind {
@@ -218,6 +238,7 @@ impl QueryKind {
         match self {
             QueryKind::Aggregate(a) => Some((a.filter.as_ref(), &a.event_time)),
             QueryKind::Rank(r) => Some((r.filter.as_ref(), &r.event_time)),
+            QueryKind::Regroup(g) => Some((g.inner.filter.as_ref(), &g.inner.event_time)),
             QueryKind::Passthrough(_) => None,
         }
     }
@@ -267,7 +288,7 @@ impl QueryPlan {
     /// (an aggregation), as opposed to append-only rows (a pass-through, whose
     /// Kafka records carry no key).
     pub fn is_keyed(&self) -> bool {
-        matches!(self.kind, QueryKind::Aggregate(_) | QueryKind::Rank(_))
+        !matches!(self.kind, QueryKind::Passthrough(_))
     }
 
     /// Whether records carry a key: a changelog's, or the one chosen for an
@@ -279,7 +300,7 @@ impl QueryPlan {
     pub fn window(&self) -> Option<WindowSpec> {
         match &self.kind {
             QueryKind::Aggregate(a) => a.window,
-            QueryKind::Passthrough(_) | QueryKind::Rank(_) => None,
+            QueryKind::Passthrough(_) | QueryKind::Rank(_) | QueryKind::Regroup(_) => None,
         }
     }
 
@@ -290,6 +311,7 @@ impl QueryPlan {
             QueryKind::Aggregate(a) => {
                 a.having.is_some() || matches!(a.window, Some(WindowSpec::Session { .. }))
             }
+            QueryKind::Regroup(_) => true,
             QueryKind::Passthrough(_) | QueryKind::Rank(_) => false,
         }
     }
@@ -306,6 +328,7 @@ impl QueryPlan {
                 None => "continuous aggregation".into(),
             },
             QueryKind::Rank(r) => format!("continuous top-{} (ROW_NUMBER)", r.limit),
+            QueryKind::Regroup(_) => "continuous aggregation of a continuous aggregation".into(),
         }
     }
 }
@@ -315,7 +338,9 @@ impl fmt::Display for QueryPlan {
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
-        if let (Some(j), QueryKind::Aggregate(_) | QueryKind::Rank(_)) = (&self.join, &self.kind) {
+        if let (Some(j), QueryKind::Aggregate(_) | QueryKind::Rank(_) | QueryKind::Regroup(_)) =
+            (&self.join, &self.kind)
+        {
             writeln!(f, "over: {}", j.describe())?;
         }
         writeln!(f, "schema:")?;

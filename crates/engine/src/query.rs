@@ -16,6 +16,7 @@ use crate::operator::eval::{eval_array, eval_predicate};
 use crate::operator::join::Joined;
 use crate::operator::join_node::{Arrival, JoinNode};
 use crate::operator::rank::RankOperator;
+use crate::operator::regroup::RegroupOperator;
 use crate::operator::session::SessionOperator;
 use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
@@ -56,6 +57,16 @@ impl Query {
                     None => Box::new(ContinuousOperator::new(a, &plan.options, emitter, schema)?),
                 })
             }
+            QueryKind::Regroup(g) => Some(Box::new(RegroupOperator::new(
+                g,
+                &plan.options,
+                Emitter::new(
+                    &g.outer,
+                    Arc::clone(&plan.output_schema),
+                    plan.key_columns.clone(),
+                ),
+                Arc::clone(&plan.input_schema),
+            )?)),
             QueryKind::Rank(r) => Some(Box::new(RankOperator::new(
                 r,
                 &plan.options,
@@ -120,7 +131,7 @@ impl Query {
         }
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
-            kind @ (QueryKind::Aggregate(_) | QueryKind::Rank(_)) => {
+            kind => {
                 let (filter, event_time) = kind.stage_input().expect("a stateful stage");
                 let lateness = self.progress.lateness;
                 let stamped = stamp(
@@ -287,7 +298,7 @@ impl Query {
         let plan = Arc::clone(&self.plan);
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, &joined.rows, out),
-            kind @ (QueryKind::Aggregate(_) | QueryKind::Rank(_)) => {
+            kind => {
                 let (filter, event_time) = kind.stage_input().expect("a stateful stage");
                 let n = joined.rows.num_rows();
                 let keep = match filter {

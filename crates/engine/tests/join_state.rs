@@ -165,3 +165,39 @@ fn a_join_bounded_by_a_column_holds_rows_until_their_bound() {
     );
     run.assert_flat("bounded by a column");
 }
+
+#[test]
+fn a_top_n_holds_n_rows_per_key() {
+    // 400 000 rows over 100 keys: the state is the 3 best rows of each
+    // key, however many rows came in.
+    let catalog = Catalog::new().with_table("t", schema());
+    let options = QueryOptions {
+        lateness_us: 0,
+        event_time: Some("ts".into()),
+        ..QueryOptions::default()
+    };
+    let sql = "SELECT k, ts, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) \
+               AS rn FROM t) WHERE rn <= 3";
+    let mut query = Query::new(plan_query(sql, &catalog, options).unwrap()).unwrap();
+    query.add_partition(0);
+    let mut out = Output::default();
+    let mut sizes = Vec::new();
+    let mut emitted = 0;
+    for b in 0..400 {
+        query
+            .process(0, &rows(b * 1000, (b + 1) * 1000, Some(100)), &mut out)
+            .unwrap();
+        emitted += out.changes.iter().map(|c| c.num_rows()).sum::<usize>();
+        out.changes.clear();
+        sizes.push(query.state_size());
+    }
+    assert_eq!(query.state_keys(), 100);
+    // Each 1 s grid point upserts every rank of every key (each key's
+    // latest rows are new), about 400 points of 100 keys by 3 ranks.
+    assert!(emitted >= 390 * 300, "{emitted} ranks emitted");
+    let (early, late) = (sizes[40], *sizes.last().unwrap());
+    assert!(
+        late <= early * 2,
+        "the state grew from {early} bytes (after 40 000 rows) to {late}"
+    );
+}

@@ -106,3 +106,26 @@ fn a_declared_event_time_picks_among_timestamp_columns() {
     );
     assert!(time(&declared).contains("date_time"), "{}", time(&declared));
 }
+
+#[test]
+fn a_top_n_is_keyed_by_its_partition_and_row_number() {
+    let q = "SELECT merchant, amount, rn FROM (SELECT *, ROW_NUMBER() OVER \
+             (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 3";
+    let plan = plan_query(q, &catalog(), QueryOptions::default()).unwrap();
+    assert_eq!(plan.key_names(), vec!["merchant", "rn"]);
+    assert_eq!(plan.output_schema.field(2).data_type(), &DataType::UInt64);
+    assert!(plan.is_keyed());
+    assert_eq!(plan.kind_name(), "continuous top-3 (ROW_NUMBER)");
+    // With one row per key, the row number may be left out of the key.
+    let q = "SELECT amount, merchant FROM (SELECT *, ROW_NUMBER() OVER \
+             (PARTITION BY merchant ORDER BY ts DESC) AS rn FROM orders) WHERE rn = 1";
+    let plan = plan_query(q, &catalog(), QueryOptions::default()).unwrap();
+    assert_eq!(plan.key_names(), vec!["merchant"]);
+    // `rn < 1` keeps nothing.
+    let q = "SELECT merchant, rn FROM (SELECT *, ROW_NUMBER() OVER \
+             (PARTITION BY merchant ORDER BY ts) AS rn FROM orders) WHERE rn < 1";
+    let msg = plan_query(q, &catalog(), QueryOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("keeps no row"), "{msg}");
+}

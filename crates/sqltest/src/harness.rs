@@ -75,6 +75,18 @@ pub fn run_with_rejects(
     feeds: &[Feed],
     restore_after: Option<usize>,
 ) -> Result<RunOutput, Error> {
+    run_checkpointing(plan, feeds, restore_after, None)
+}
+
+/// [`run_with_rejects`], also taking a snapshot (encoded, then dropped)
+/// after every `snapshot_every` feeds while the query runs on, as a
+/// pipeline's checkpoints do: taking one must not change the output.
+pub fn run_checkpointing(
+    plan: &QueryPlan,
+    feeds: &[Feed],
+    restore_after: Option<usize>,
+    snapshot_every: Option<usize>,
+) -> Result<RunOutput, Error> {
     let mut query = Query::new(plan.clone())?;
     let mut partitions: Vec<u32> = feeds.iter().map(|f| f.partition).collect();
     partitions.sort_unstable();
@@ -117,6 +129,9 @@ pub fn run_with_rejects(
         }
         rejects.extend(out.rejects.drain(..).map(|r| (i, r)));
         drain(&mut out, &mut records)?;
+        if snapshot_every.is_some_and(|n| (i + 1) % n.max(1) == 0) {
+            query.snapshot()?.encode()?;
+        }
         if restore_after == Some(i) {
             let bytes = query.snapshot()?.encode()?;
             let mut resumed = Query::new(plan.clone())?;

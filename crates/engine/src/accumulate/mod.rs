@@ -36,6 +36,22 @@ pub trait StreamAccumulator: Send {
         total_groups: usize,
     ) -> Result<()>;
 
+    /// Takes rows folded in earlier back out of their groups (the inverse
+    /// of [`Self::update`]): an aggregation over a continuous aggregation
+    /// retracts an inner row's old version before adding its new one.
+    /// Only [`is_retractable`] aggregates implement it.
+    fn retract(
+        &mut self,
+        _args: &[ArrayRef],
+        _groups: &[usize],
+        _filter: Option<&BooleanArray>,
+        _total_groups: usize,
+    ) -> Result<()> {
+        Err(crate::error::EngineError::internal(
+            "retract on an aggregate without retraction",
+        ))
+    }
+
     /// Final values of `groups`, leaving the state unchanged.
     fn evaluate(&mut self, groups: &[usize]) -> Result<ArrayRef>;
 
@@ -73,6 +89,16 @@ pub fn create_accumulator(spec: &AggregateSpec) -> Result<Box<dyn StreamAccumula
 /// folded and partial states merged in (so a batch may be folded in parallel).
 pub fn is_order_independent(spec: &AggregateSpec) -> bool {
     pick_native(spec).is_some()
+}
+
+/// Whether the aggregate can take rows back out exactly
+/// ([`StreamAccumulator::retract`]): counts, and float sums and averages
+/// (their exact state subtracts as it adds).
+pub fn is_retractable(spec: &AggregateSpec) -> bool {
+    matches!(
+        pick_native(spec),
+        Some(Native::Count | Native::SumFloat | Native::AvgFloat)
+    )
 }
 
 /// State fields of the accumulator [`create_accumulator`] picks, named for checkpoints.

@@ -77,6 +77,19 @@ impl StreamAccumulator for Count {
         for_each_row(groups, &mask, |_, g| counts[g] += 1);
         Ok(())
     }
+    fn retract(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[usize],
+        filter: Option<&BooleanArray>,
+        total_groups: usize,
+    ) -> Result<()> {
+        grow(&mut self.counts, total_groups, 0);
+        let mask = row_mask(args, filter);
+        let counts = &mut self.counts;
+        for_each_row(groups, &mask, |_, g| counts[g] -= 1);
+        Ok(())
+    }
     fn evaluate(&mut self, groups: &[usize]) -> Result<ArrayRef> {
         Ok(Arc::new(Int64Array::from_iter_values(
             groups.iter().map(|&g| self.counts[g]),
@@ -267,6 +280,34 @@ impl StreamAccumulator for FloatSum {
             counts[g] += 1;
         });
         Ok(())
+    }
+    fn retract(
+        &mut self,
+        args: &[ArrayRef],
+        groups: &[usize],
+        filter: Option<&BooleanArray>,
+        total_groups: usize,
+    ) -> Result<()> {
+        self.grow(total_groups);
+        let mask = row_mask(args, filter);
+        let v = args[0].as_primitive::<Float64Type>().values();
+        let mut special = None;
+        let (sums, counts) = (&mut self.sums, &mut self.counts);
+        for_each_row(groups, &mask, |i, g| {
+            // NaN and infinities are kept as flags, which cannot be taken back.
+            if !v[i].is_finite() {
+                special = Some(v[i]);
+                return;
+            }
+            sums[g].add(-v[i]);
+            counts[g] -= 1;
+        });
+        match special {
+            None => Ok(()),
+            Some(x) => Err(EngineError::Input(format!(
+                "an aggregation over a continuous aggregation cannot take back the value {x} (NaN and infinities are not retractable); filter them out in the inner query"
+            ))),
+        }
     }
     fn evaluate(&mut self, groups: &[usize]) -> Result<ArrayRef> {
         Ok(Arc::new(Float64Array::from_iter(groups.iter().map(|&g| {

@@ -103,14 +103,14 @@ impl Emitter {
         }
     }
 
-    /// Builds the changelog rows for `rows`; returns them (ordered by key, or
-    /// `None` if nothing changed visibly) and each row's new visibility.
-    pub fn emit(&self, rows: StageRows) -> Result<(Option<ChangeBatch>, Vec<bool>)> {
+    /// The result rows of `rows` in their order (the SELECT list) and
+    /// whether each passes HAVING (`None`: there is none).
+    pub fn results(&self, rows: &StageRows) -> Result<(RecordBatch, Option<BooleanArray>)> {
         let n = rows.len();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.stage_schema.fields().len());
-        let mut keys = rows.keys.into_iter();
-        let (starts, ends) = match rows.window {
-            Some((s, e)) => (Some(micros_array(s)), Some(micros_array(e))),
+        let mut keys = rows.keys.iter().cloned();
+        let (starts, ends) = match &rows.window {
+            Some((s, e)) => (Some(micros_array(s.clone())), Some(micros_array(e.clone()))),
             None => (None, None),
         };
         for i in 0..self.group_count {
@@ -120,7 +120,7 @@ impl Emitter {
                 columns.push(keys.next().expect("group key"));
             }
         }
-        columns.extend(rows.values);
+        columns.extend(rows.values.iter().cloned());
         columns.push(ends.unwrap_or_else(|| arrow::array::new_null_array(&window_type(), n)));
         let stage = RecordBatch::try_new(Arc::clone(&self.stage_schema), columns)?;
 
@@ -134,6 +134,14 @@ impl Emitter {
             .map(|e| eval_array(e.as_ref(), &stage))
             .collect::<Result<Vec<_>>>()?;
         let out = RecordBatch::try_new(Arc::clone(&self.output_schema), projected)?;
+        Ok((out, pass))
+    }
+
+    /// Builds the changelog rows for `rows`; returns them (ordered by key, or
+    /// `None` if nothing changed visibly) and each row's new visibility.
+    pub fn emit(&self, rows: StageRows) -> Result<(Option<ChangeBatch>, Vec<bool>)> {
+        let n = rows.len();
+        let (out, pass) = self.results(&rows)?;
 
         // Rows to emit: passing rows (upserts) and visible failing rows (tombstones).
         let retract = |i: usize| rows.retract.get(i).copied().unwrap_or(false);

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod join;
 pub mod join_node;
 pub mod rank;
+pub mod regroup;
 pub mod rollup;
 pub mod session;
 pub mod time_queue;

@@ -5,6 +5,7 @@ pub mod functions;
 pub mod join;
 pub mod planner;
 pub mod rank;
+pub mod regroup;
 pub mod versioned;
 
 pub use context::Catalog;

@@ -212,8 +212,11 @@ fn hint_for(message: &str) -> Option<String> {
     None
 }
 
+#[derive(Clone)]
 pub(super) struct Lowering {
     sql: String,
+    /// Lowering the inner aggregation of a nested one (no changelog key).
+    pub(super) unkeyed: bool,
     pub(super) options: QueryOptions,
     props: ExecutionProps,
     /// Tables read `FOR SYSTEM_TIME AS OF` (the versioned side of a join).
@@ -258,8 +261,8 @@ impl<'a> Chain<'a> {
                 LogicalPlan::TableScan(_) | LogicalPlan::Join(_) => break,
                 LogicalPlan::Aggregate(_) => {
                     return Err(EngineError::unsupported(
-                        "a query with more than one level of aggregation cannot run as a stream yet",
-                        "aggregate once per query; chain a second pipeline on the first one's output topic",
+                        "a query with more than two levels of aggregation cannot run as a stream yet",
+                        "aggregate at most twice per query (an aggregation of a continuous aggregation); chain a pipeline on another one's output topic",
                     ));
                 }
                 other => return Err(unsupported_node(other)),
@@ -437,6 +440,7 @@ impl Lowering {
     fn new(sql: &str, options: QueryOptions) -> Self {
         Self {
             sql: sql.to_string(),
+            unkeyed: false,
             options,
             props: ExecutionProps::new(),
             versioned: Vec::new(),
@@ -472,7 +476,10 @@ impl Lowering {
         let output_schema = Arc::new(root.schema().as_arrow().clone());
         let top = Chain::walk(root, true)?;
         match top.bottom {
-            LogicalPlan::Aggregate(agg) => self.lower_aggregate(root, &top, agg, output_schema),
+            LogicalPlan::Aggregate(agg) => match Chain::walk(&agg.input, true)?.bottom {
+                LogicalPlan::Aggregate(_) => self.lower_regroup(root, &top, agg, output_schema),
+                _ => self.lower_aggregate(root, &top, agg, output_schema),
+            },
             LogicalPlan::Window(w) => self.lower_rank(root, &top, w, output_schema),
             bottom => self.lower_passthrough(root, &top, bottom, output_schema),
         }
@@ -656,7 +663,12 @@ impl Lowering {
         let aggregates = self.lower_aggregates(agg, input, scan_schema)?;
         let stage = stage_schema(agg)?;
         let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
-        let key_columns = key_columns(&outputs, &stage, agg, &groups)?;
+        // A nested aggregation's inner groups are the operator's own: its
+        // result needs no key of its own.
+        let key_columns = match self.unkeyed {
+            true => Vec::new(),
+            false => key_columns(&outputs, &stage, agg, &groups)?,
+        };
         // Where the window column stands in the result.
         let window_output = groups.window_position.and_then(|w| {
             outputs.iter().position(

@@ -13,6 +13,10 @@ pub enum StateEntry {
     Sessions,
     /// The kept rows of a top-N, one row each: `ranks`.
     Ranks,
+    /// An aggregation over an aggregation: the inner result rows folded
+    /// into the outer groups, `folded`, and the outer groups, `regroups`.
+    Folded,
+    Regroups,
     /// The keyed state of an open window, by start: `open/<start>`.
     Open(i64),
     /// A closed window kept for late rows, by start: `closed/<start>`.
@@ -36,6 +40,8 @@ impl StateEntry {
             StateEntry::Groups => "state".into(),
             StateEntry::Sessions => "sessions".into(),
             StateEntry::Ranks => "ranks".into(),
+            StateEntry::Folded => "folded".into(),
+            StateEntry::Regroups => "regroups".into(),
             StateEntry::Open(start) => format!("open/{start}"),
             StateEntry::Closed(start) => format!("closed/{start}"),
             StateEntry::Pending {
@@ -63,6 +69,8 @@ impl StateEntry {
             ["state"] => StateEntry::Groups,
             ["sessions"] => StateEntry::Sessions,
             ["ranks"] => StateEntry::Ranks,
+            ["folded"] => StateEntry::Folded,
+            ["regroups"] => StateEntry::Regroups,
             ["open", start] => StateEntry::Open(num(start)?),
             ["closed", start] => StateEntry::Closed(num(start)?),
             // Windowed queries of format 1 wrote no partition (their late rows are not sorted by it).
@@ -100,6 +108,8 @@ mod tests {
             StateEntry::Groups,
             StateEntry::Sessions,
             StateEntry::Ranks,
+            StateEntry::Folded,
+            StateEntry::Regroups,
             StateEntry::Open(-60_000_000),
             StateEntry::Closed(120),
             StateEntry::Pending {

@@ -123,6 +123,34 @@ impl KeyedState {
         Ok(())
     }
 
+    /// Takes rows folded in earlier back out of their groups (retractable
+    /// aggregates only) and marks the groups dirty; returns each row's group.
+    pub fn retract(
+        &mut self,
+        keys: &[ArrayRef],
+        rows: usize,
+        inputs: &AggInputs,
+    ) -> Result<Vec<usize>> {
+        let mut groups = Vec::new();
+        if rows == 0 {
+            return Ok(groups);
+        }
+        self.interner.intern(keys, rows, &mut groups)?;
+        let total = self.interner.len();
+        for (j, acc) in self.accs.iter_mut().enumerate() {
+            acc.retract(&inputs.args[j], &groups, inputs.filters[j].as_ref(), total)?;
+        }
+        self.touch(&groups, None, total);
+        Ok(groups)
+    }
+
+    /// The group of each row of `keys` (interning new keys).
+    pub fn groups_of(&mut self, keys: &[ArrayRef], rows: usize) -> Result<Vec<usize>> {
+        let mut groups = Vec::new();
+        self.interner.intern(keys, rows, &mut groups)?;
+        Ok(groups)
+    }
+
     /// Bookkeeping after `groups` were folded into: grow the per-group
     /// vectors to `total`, raise max times, mark the groups dirty.
     fn touch(&mut self, groups: &[usize], times: Option<&[i64]>, total: usize) {

@@ -7,7 +7,7 @@
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
  *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
- *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q5, q7, q8, q9, q11, q14, q15, q16, q17, q18, q19, q20, q21 or q22), the published Flink SQL
+ *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q4, q5, q7, q8, q9, q11, q14, q15, q16, q17, q18, q19, q20, q21 or q22), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
@@ -299,6 +299,21 @@ public final class FlinkPeer {
       // A regular join in Flink (expires is not a time attribute), whose inputs must not carry
       // rowtime attributes: the published query reads views of the tables without them, here
       // subqueries that compute their times. The ranking is an update stream.
+      // As q9, a regular join in Flink over the tables without rowtime attributes; an update
+      // stream (each auction's maximum is revised as bids come in).
+      Map.entry("q4", new Nexmark(List.of("auction", "bid"),
+          "category BIGINT, avg_final BIGINT",
+          "SELECT Q.category, AVG(Q.final) AS avg_final\n"
+              + "FROM (\n"
+              + "  SELECT MAX(B.price) AS final, A.category\n"
+              + "  FROM (SELECT id, category, CAST(date_time AS TIMESTAMP_LTZ(3)) AS date_time, expires\n"
+              + "        FROM auction) A,\n"
+              + "       (SELECT auction, price, CAST(date_time AS TIMESTAMP_LTZ(3)) AS date_time FROM bid) B\n"
+              + "  WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires\n"
+              + "  GROUP BY A.id, A.category\n"
+              + ") Q\n"
+              + "GROUP BY Q.category",
+          "category")),
       Map.entry("q9", new Nexmark(List.of("auction", "bid"),
           "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, reserve BIGINT, "
               + "date_time TIMESTAMP_LTZ(3), expires TIMESTAMP_LTZ(3), seller BIGINT, category BIGINT, "
