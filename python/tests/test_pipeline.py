@@ -120,7 +120,11 @@ def test_a_checkpoint_between_the_pieces_of_a_spilled_flush(tmp_path):
 
 
 def test_ctrl_c_interrupts_a_waiting_pipeline(tmp_path):
+    # If the process hangs, it prints every thread's Python stack and exits
+    # (the failure then says where), rather than running into the timeout.
     script = textwrap.dedent(f"""
+        import faulthandler
+        faulthandler.dump_traceback_later(40, exit=True)
         import ubik, signal, os, threading
         threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         try:

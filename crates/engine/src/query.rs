@@ -132,7 +132,9 @@ impl Query {
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
             kind => {
-                let (filter, event_time) = kind.stage_input().expect("a stateful stage");
+                let (filter, event_time) = kind
+                    .stage_input()
+                    .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
                 let lateness = self.progress.lateness;
                 let stamped = stamp(
                     self.progress.partition(partition),
@@ -299,7 +301,9 @@ impl Query {
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, &joined.rows, out),
             kind => {
-                let (filter, event_time) = kind.stage_input().expect("a stateful stage");
+                let (filter, event_time) = kind
+                    .stage_input()
+                    .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
                 let n = joined.rows.num_rows();
                 let keep = match filter {
                     Some(f) => Some(eval_predicate(f.as_ref(), &joined.rows)?),
