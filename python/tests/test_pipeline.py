@@ -122,10 +122,14 @@ def test_a_checkpoint_between_the_pieces_of_a_spilled_flush(tmp_path):
 def test_ctrl_c_interrupts_a_waiting_pipeline(tmp_path):
     # If the process hangs, it prints every thread's Python stack and exits
     # (the failure then says where), rather than running into the timeout.
+    # Python leaves SIGINT ignored when it starts with it ignored (a job
+    # started in the background by a non-interactive shell), so the child
+    # installs the handler a terminal's Ctrl-C would find.
     script = textwrap.dedent(f"""
-        import faulthandler
+        import faulthandler, signal
         faulthandler.dump_traceback_later(40, exit=True)
-        import ubik, signal, os, threading
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import ubik, os, threading
         threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         try:
             with ubik.pipeline({Q!r}, from_="demo://orders?count=0&rate=5&realtime=1", checkpoint={str(tmp_path / 'ck')!r}) as p:

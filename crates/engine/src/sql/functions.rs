@@ -1,5 +1,6 @@
 //! The window functions of ubik's SQL: `TUMBLE(ts, size)`, `HOP(ts, slide, size)`,
-//! `SESSION(ts, gap)` and `WINDOW_END(<window>)`.
+//! `SESSION(ts, gap)` and `WINDOW_END(<window>)`; and the ranking functions
+//! of `OVER (...)` ([`ranking_udwfs`]), planned only (a top-N runs them).
 //!
 //! They are scalar UDFs only so that DataFusion can plan them (types, names,
 //! GROUP BY resolution); the streaming planner recognises them in `GROUP BY`
