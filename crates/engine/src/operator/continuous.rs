@@ -16,6 +16,16 @@ use crate::error::Result;
 use crate::plan::{AggregatePlan, EventTime, QueryOptions};
 use crate::state::{KeyedState, PendingRows, StateEntry};
 
+/// The grid continuous stages flush on: the emit interval of event time,
+/// or every so many rows of a query without event time.
+pub(crate) fn flush_grid(event_time: &EventTime, options: &QueryOptions) -> i64 {
+    match event_time {
+        EventTime::Column(_) => options.emit_interval_us,
+        EventTime::Ordinal => options.emit_every_rows,
+    }
+    .max(1)
+}
+
 pub struct ContinuousOperator {
     grid: i64,
     has_event_time: bool,
@@ -33,12 +43,7 @@ impl ContinuousOperator {
         source_schema: SchemaRef,
     ) -> Result<Self> {
         let has_event_time = matches!(plan.event_time, EventTime::Column(_));
-        let grid = if has_event_time {
-            options.emit_interval_us
-        } else {
-            options.emit_every_rows
-        }
-        .max(1);
+        let grid = flush_grid(&plan.event_time, options);
         Ok(Self {
             grid,
             has_event_time,
@@ -94,10 +99,7 @@ impl Operator for ContinuousOperator {
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        while let Some(tick) = self.pending.first_tick() {
-            if tick > watermark {
-                break;
-            }
+        while let Some(tick) = self.pending.due(watermark) {
             self.flush(tick, out)?;
         }
         Ok(())

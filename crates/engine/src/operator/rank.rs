@@ -14,6 +14,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
+use super::continuous::flush_grid;
 use super::emit::key_order;
 use super::eval::eval_array;
 use super::{ChangeBatch, Operator, OperatorSnapshot, Output, StampedBatch};
@@ -76,12 +77,7 @@ impl RankOperator {
         key_columns: Vec<usize>,
     ) -> Result<Self> {
         let has_event_time = matches!(plan.event_time, EventTime::Column(_));
-        let grid = if has_event_time {
-            options.emit_interval_us
-        } else {
-            options.emit_every_rows
-        }
-        .max(1);
+        let grid = flush_grid(&plan.event_time, options);
         let order_types = plan
             .order
             .iter()
@@ -372,10 +368,7 @@ impl Operator for RankOperator {
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        while let Some(tick) = self.pending.first_tick() {
-            if tick > watermark {
-                break;
-            }
+        while let Some(tick) = self.pending.due(watermark) {
             self.flush(tick, out)?;
         }
         Ok(())

@@ -17,6 +17,7 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
+use super::continuous::flush_grid;
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
 use super::{Operator, OperatorSnapshot, Output, StampedBatch};
@@ -52,12 +53,7 @@ impl RegroupOperator {
         source_schema: SchemaRef,
     ) -> Result<Self> {
         let has_event_time = matches!(plan.inner.event_time, EventTime::Column(_));
-        let grid = if has_event_time {
-            options.emit_interval_us
-        } else {
-            options.emit_every_rows
-        }
-        .max(1);
+        let grid = flush_grid(&plan.inner.event_time, options);
         let fields = plan
             .inner_schema
             .fields()
@@ -274,10 +270,7 @@ impl Operator for RegroupOperator {
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        while let Some(tick) = self.pending.first_tick() {
-            if tick > watermark {
-                break;
-            }
+        while let Some(tick) = self.pending.due(watermark) {
             self.flush(tick, out)?;
         }
         Ok(())

@@ -447,6 +447,33 @@ impl Lowering {
         }
     }
 
+    /// A keyed result's key is its own: the `key` setting (for append-only
+    /// results) may only name exactly those columns. `what` says what the key is.
+    pub(super) fn check_key_setting(
+        &self,
+        key_columns: &[usize],
+        output_schema: &Schema,
+        what: &str,
+    ) -> Result<()> {
+        if self.options.key.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = key_columns
+            .iter()
+            .map(|&i| output_schema.field(i).name().as_str())
+            .collect();
+        if self.options.key == names {
+            return Ok(());
+        }
+        Err(EngineError::unsupported(
+            format!(
+                "{what} ({}); the key setting is for append-only results",
+                names.join(", ")
+            ),
+            "drop --key (or give exactly those columns)",
+        ))
+    }
+
     pub(super) fn sql(&self) -> &str {
         &self.sql
     }
@@ -608,21 +635,11 @@ impl Lowering {
     ) -> Result<QueryPlan> {
         let lowered = self.lower_aggregation(root, top, agg)?;
         let key_columns = lowered.key_columns;
-        if !self.options.key.is_empty() {
-            let names: Vec<&str> = key_columns
-                .iter()
-                .map(|&i| output_schema.field(i).name().as_str())
-                .collect();
-            if self.options.key != names {
-                return Err(EngineError::unsupported(
-                    format!(
-                        "an aggregation's changelog key is its GROUP BY columns ({}); the key setting is for append-only results",
-                        names.join(", ")
-                    ),
-                    "drop --key (or give exactly those columns)",
-                ));
-            }
-        }
+        self.check_key_setting(
+            &key_columns,
+            &output_schema,
+            "an aggregation's changelog key is its GROUP BY columns",
+        )?;
         Ok(QueryPlan {
             sql: self.sql.clone(),
             sources: lowered.input.sources,

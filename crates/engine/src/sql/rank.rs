@@ -121,21 +121,11 @@ impl Lowering {
             .collect::<Result<Vec<_>>>()?;
 
         let key_columns = rank_key(&outputs, &params.partition_by, &rn, limit, w)?;
-        if !self.options.key.is_empty() {
-            let names: Vec<&str> = key_columns
-                .iter()
-                .map(|&i| output_schema.field(i).name().as_str())
-                .collect();
-            if self.options.key != names {
-                return Err(EngineError::unsupported(
-                    format!(
-                        "a top-N's changelog key is its PARTITION BY columns and row number ({}); the key setting is for append-only results",
-                        names.join(", ")
-                    ),
-                    "drop --key (or give exactly those columns)",
-                ));
-            }
-        }
+        self.check_key_setting(
+            &key_columns,
+            &output_schema,
+            "a top-N's changelog key is its PARTITION BY columns and row number",
+        )?;
         Ok(QueryPlan {
             sql: self.sql().to_string(),
             sources: stage_input.sources,

@@ -81,12 +81,11 @@ impl Lowering {
                 "the outer aggregation may use count, and sum or avg of DOUBLE (avg of any number); cast an integer sum's argument to DOUBLE",
             ));
         }
-        if !self.options.key.is_empty() {
-            return Err(EngineError::unsupported(
-                "an aggregation's changelog key is its GROUP BY columns; the key setting is for append-only results",
-                "drop --key",
-            ));
-        }
+        self.check_key_setting(
+            &lowered.key_columns,
+            &output_schema,
+            "an aggregation's changelog key is its GROUP BY columns",
+        )?;
         Ok(QueryPlan {
             sql: self.sql().to_string(),
             sources: inner.input.sources,

@@ -77,6 +77,11 @@ impl PendingRows {
         }
     }
 
+    /// The earliest grid point with rows, if the watermark has passed it.
+    pub fn due(&self, watermark: i64) -> Option<i64> {
+        self.first_tick().filter(|&t| t <= watermark)
+    }
+
     /// The earliest grid point with rows.
     pub fn first_tick(&self) -> Option<i64> {
         self.by_tick.keys().next().copied()
