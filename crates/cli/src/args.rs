@@ -95,6 +95,15 @@ pub struct RunArgs {
     /// Kafka emit mode: transactional (default) or idempotent.
     #[arg(long)]
     pub emit: Option<String>,
+    /// Share the input topic's partitions with every process started with this pipeline and group (Kafka consumer group); needs --checkpoint and --to kafka://.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Static group membership: a restart with the same id keeps this process's tasks.
+    #[arg(long, requires = "group")]
+    pub instance_id: Option<String>,
+    /// With --group: the columns the input topic is partitioned by (records with equal values share a partition).
+    #[arg(long, requires = "group", value_delimiter = ',')]
+    pub partitioned_by: Vec<String>,
     /// Undecodable input: fail (default), skip, or dlq.
     #[arg(long)]
     pub on_error: Option<String>,

@@ -100,6 +100,40 @@ fn run(settings: RunSettings) -> Result<()> {
     if let Some(addr) = &metrics_addr {
         metrics.serve(addr)?;
     }
+    let stop = stop_flag()?;
+    let report_every =
+        Duration::from_secs(if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            1
+        } else {
+            5
+        });
+    if let Some(group) = &spec.group {
+        tracing::info!(group = group.name, "running as a consumer group member");
+        let mut progress = progress::Progress::new(quiet, None);
+        let mut last = None;
+        let mut report = |s: &ubik_runtime::Stats| {
+            metrics.update(s);
+            progress.report(s);
+            last = Some(s.clone());
+        };
+        let end = ubik_runtime::group::run_group(
+            &spec,
+            RunOptions {
+                commit_interval,
+                commit_records,
+                stop: &stop,
+                report: &mut report,
+                report_every,
+            },
+        )?;
+        if let Some(s) = &last {
+            progress::Progress::new(quiet, None).finish(s);
+        }
+        if end == RunEnd::Stopped {
+            tracing::info!("left the group: every task committed and checkpointed");
+        }
+        return Ok(());
+    }
     let Opened {
         mut pipeline,
         mut sink,
@@ -115,12 +149,6 @@ fn run(settings: RunSettings) -> Result<()> {
         "running"
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        // A second signal exits at once.
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))?;
-        signal_hook::flag::register(sig, Arc::clone(&stop))?;
-    }
     let mut progress = progress::Progress::new(quiet, total_bytes);
     let mut report = |s: &ubik_runtime::Stats| {
         metrics.update(s);
@@ -134,13 +162,7 @@ fn run(settings: RunSettings) -> Result<()> {
             commit_records,
             stop: &stop,
             report: &mut report,
-            report_every: Duration::from_secs(
-                if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-                    1
-                } else {
-                    5
-                },
-            ),
+            report_every,
         },
     )?;
     sink.close()?;
@@ -149,6 +171,16 @@ fn run(settings: RunSettings) -> Result<()> {
         tracing::info!("drained: output committed and checkpointed");
     }
     Ok(())
+}
+
+/// Set by SIGTERM/SIGINT: stop cleanly; a second signal exits at once.
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&stop))?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    Ok(stop)
 }
 
 fn validate(args: ValidateArgs) -> Result<()> {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow, bail};
 use arrow::datatypes::SchemaRef;
 use ubik_format::schema::{parse_column_list, parse_json_schema};
-use ubik_runtime::{DeadLetterSpec, PipelineSpec, Settings, SinkSpec, SourceSpec};
+use ubik_runtime::{DeadLetterSpec, GroupSpec, PipelineSpec, Settings, SinkSpec, SourceSpec};
 
 use crate::args::{QueryArgs, RunArgs};
 use crate::pipeline_file::PipelineFile;
@@ -313,6 +313,22 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
     }
     spec.settings = settings;
     spec.kafka = kafka_properties(&args, &file)?;
+    spec.group = args
+        .group
+        .clone()
+        .or(file.group.clone())
+        .map(|name| GroupSpec {
+            name,
+            instance_id: args.instance_id.clone().or(file.instance_id.clone()),
+            partitioned_by: if args.partitioned_by.is_empty() {
+                file.partitioned_by.clone().unwrap_or_default()
+            } else {
+                args.partitioned_by.clone()
+            },
+        });
+    if spec.group.is_none() && (file.instance_id.is_some() || file.partitioned_by.is_some()) {
+        bail!("instance_id and partitioned_by belong to a consumer group: set group too");
+    }
     Ok(RunSettings {
         spec,
         metrics: args.metrics.clone().or(file.metrics.clone()),

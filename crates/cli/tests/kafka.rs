@@ -1180,3 +1180,124 @@ fn broker_restart_sigterm_drain_and_fencing() {
     assert_matches("after restart", &folded, &want);
     let _ = got;
 }
+
+/// A member of consumer group `group` on `input`, its own checkpoint
+/// directory `ck`, stderr to `log`.
+fn group_member(
+    input: &str,
+    output: &str,
+    group: &str,
+    ck: &std::path::Path,
+    log: &std::path::Path,
+) -> Running {
+    let mut c = ubik_run(
+        input,
+        output,
+        &[
+            "--group",
+            group,
+            "--partitioned-by",
+            "merchant",
+            "--checkpoint-every",
+            "1500",
+            "-X",
+            "session.timeout.ms=6000",
+            "-X",
+            "heartbeat.interval.ms=500",
+        ],
+    );
+    c.arg("--checkpoint").arg(ck).env("RUST_LOG", "info");
+    let log = std::fs::File::create(log).unwrap();
+    Running(c.stdout(Stdio::null()).stderr(log).spawn().unwrap())
+}
+
+#[test]
+fn a_consumer_group_shares_the_work_survives_a_kill_and_takes_a_new_member() {
+    let Some(_broker) = serial() else { return };
+    let input = unique("group-in");
+    create_topic(&input, 6);
+    // Keyed by merchant: all rows of a result key are in one partition.
+    let lines = events(240_000, 60, 9_000, 5);
+    produce(&input, &lines);
+    let want = oracle(&lines);
+    let reference_out = unique("group-ref");
+    let o = ubik_run(&input, &reference_out, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference_recs = consume_all(&reference_out, "read_committed");
+    let reference_fold = fold_recs(&reference_recs);
+    assert_matches("single process", &reference_fold, &want);
+    let reference: BTreeSet<Rec> = reference_recs.into_iter().collect();
+
+    let output = unique("group-out");
+    let group = unique("group");
+    let dir = tempfile::tempdir().unwrap();
+    let member = |i: usize| {
+        group_member(
+            &input,
+            &output,
+            &group,
+            &dir.path().join(format!("ck{i}")),
+            &dir.path().join(format!("log{i}")),
+        )
+    };
+    let mut members: Vec<Running> = (0..3).map(member).collect();
+    // Killed mid-run: its tasks move to the others after the session
+    // timeout and replay from their last replicated checkpoint.
+    std::thread::sleep(Duration::from_millis(4_000));
+    assert!(
+        members[0].try_wait().unwrap().is_none(),
+        "a member exited before the kill"
+    );
+    members[0].kill().unwrap();
+    members[0].wait().unwrap();
+    let log = |i: usize| std::fs::read_to_string(dir.path().join(format!("log{i}"))).unwrap();
+    assert!(
+        log(0).contains("task started"),
+        "the killed member had no task:\n{}",
+        (0..3).map(log).collect::<Vec<_>>().join("\n----\n")
+    );
+    // A fourth member joins and takes tasks over from the living ones.
+    members.push(member(3));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut committed;
+    loop {
+        committed = consume_all(&output, "read_committed");
+        if fold_recs(&committed) == reference_fold || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for m in &mut members[1..] {
+        // SIGTERM: each commits, checkpoints and leaves the group.
+        let _ = std::process::Command::new("kill")
+            .arg(m.id().to_string())
+            .status();
+        let status = m.wait().unwrap();
+        assert!(status.success(), "a member failed: {status}");
+    }
+    let logs: Vec<String> = (0..4).map(log).collect();
+    assert_matches("group output", &fold_recs(&committed), &want);
+    assert!(
+        fold_recs(&committed) == reference_fold,
+        "the group's latest values differ from the single process's"
+    );
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("restored the checkpoint from its replica")),
+        "no task was restored from the state topic:\n{}",
+        logs.join("\n----\n")
+    );
+    assert!(
+        logs[3].contains("task started"),
+        "the new member got no task:\n{}",
+        logs[3]
+    );
+    // Bytes: every record of the group's output, duplicates of replays
+    // included, is a record of the single-process run.
+    for r in &committed {
+        assert!(
+            reference.contains(r),
+            "the group emitted a record the single process did not: {r:?}"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! | `group` | consumer group (offsets committed for monitoring only) |
 //! | `start` | `earliest` (default), `latest`, `group`, or an RFC 3339 time |
 //! | `end` | `latest` or an RFC 3339 time: a bounded run (backfill) |
+//! | `assign` | read only these partitions (`assign=0,3`); a task of a consumer group reads its own so |
 //! | `partitions`, `replication` | for creating a missing output topic |
 //! | `create` | `false` to never create a missing output topic |
 //! | `cleanup` | cleanup.policy of a created topic: `compact` (the default for a keyed changelog: the latest record per key is kept, and time-based retention never deletes the old windows of a backfill) or `delete` (the default for append-only output and dead letters) |
@@ -47,6 +48,8 @@ pub struct KafkaUrl {
     pub group: Option<String>,
     pub start: Bound,
     pub end: Option<Bound>,
+    /// Read only these partitions (all when `None`).
+    pub assign: Option<Vec<i32>>,
     pub partitions: i32,
     pub replication: i32,
     pub create: bool,
@@ -88,6 +91,7 @@ impl KafkaUrl {
             group: None,
             start: Bound::Earliest,
             end: None,
+            assign: None,
             partitions: 1,
             replication: 1,
             create: true,
@@ -118,6 +122,13 @@ impl KafkaUrl {
                         t => Bound::Time(parse_time(t)?),
                     })
                 }
+                "assign" => {
+                    out.assign = Some(
+                        v.split(',')
+                            .map(|p| num(p.trim()))
+                            .collect::<Result<_, _>>()?,
+                    )
+                }
                 "partitions" => out.partitions = num(v)?,
                 "replication" => out.replication = num(v)?,
                 "create" => out.create = !matches!(v, "false" | "0" | "no"),
@@ -146,7 +157,7 @@ impl KafkaUrl {
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown kafka:// option {other:?} (known: group, start, end, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
+                        "unknown kafka:// option {other:?} (known: group, start, end, assign, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
                     )));
                 }
             }

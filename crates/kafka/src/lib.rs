@@ -12,20 +12,26 @@
 //!   or `idempotent` emit. It refuses to write a keyed changelog record
 //!   the topic's time-based retention would delete ([`retention`]).
 //! - [`KafkaDeadLetters`]: dead letters with the original bytes and headers.
+//! - [`GroupMember`] and [`StateTopic`]: scale-out over a consumer group,
+//!   each task's checkpoints replicated to a compacted topic.
 
 pub mod admin;
 pub mod config;
 pub mod dead_letters;
 pub mod error;
+pub mod group;
 pub mod retention;
 pub mod sink;
 pub mod source;
+pub mod state;
 
 pub use config::{EmitMode, KafkaUrl};
 pub use dead_letters::KafkaDeadLetters;
 pub use error::Error;
+pub use group::{Assignment, GroupMember};
 pub use sink::KafkaSink;
 pub use source::KafkaSource;
+pub use state::StateTopic;
 
 /// The librdkafka binding, for tools and tests that talk to the same brokers.
 pub use rdkafka;

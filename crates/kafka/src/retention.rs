@@ -36,12 +36,12 @@ pub struct DeletingRetention {
     pub retention_ms: i64,
 }
 
-/// The topic's time-based deletion, if its records can be deleted by the
-/// timestamps the producer gives them.
-pub fn deleting_retention(
+/// The values of `names` in `topic`'s config (`None` where unset).
+pub fn topic_config(
     config: &ClientConfig,
     topic: &str,
-) -> Result<Option<DeletingRetention>, Error> {
+    names: &[&str],
+) -> Result<Vec<Option<String>>, Error> {
     let admin: AdminClient<DefaultClientContext> = config.create()?;
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let results = futures_executor::block_on(
@@ -53,12 +53,29 @@ pub fn deleting_retention(
             "the broker did not return the config of topic {topic}"
         )));
     };
-    let value = |name: &str| resource.get(name).and_then(|e| e.value.clone());
-    let policy = value("cleanup.policy").unwrap_or_else(|| "delete".into());
-    let retention_ms = value("retention.ms")
+    Ok(names
+        .iter()
+        .map(|name| resource.get(name).and_then(|e| e.value.clone()))
+        .collect())
+}
+
+/// The topic's time-based deletion, if its records can be deleted by the
+/// timestamps the producer gives them.
+pub fn deleting_retention(
+    config: &ClientConfig,
+    topic: &str,
+) -> Result<Option<DeletingRetention>, Error> {
+    let [policy, retention_ms, timestamp_type] = <[Option<String>; 3]>::try_from(topic_config(
+        config,
+        topic,
+        &["cleanup.policy", "retention.ms", "message.timestamp.type"],
+    )?)
+    .map_err(|_| Error::Transient(format!("incomplete config of topic {topic}")))?;
+    let policy = policy.unwrap_or_else(|| "delete".into());
+    let retention_ms = retention_ms
         .and_then(|v| v.parse::<i64>().ok())
         .unwrap_or(-1);
-    let stamped_by_producer = value("message.timestamp.type").is_none_or(|t| t == "CreateTime");
+    let stamped_by_producer = timestamp_type.is_none_or(|t| t == "CreateTime");
     let deletes = policy.split(',').any(|p| p.trim() == "delete");
     Ok(
         (deletes && retention_ms >= 0 && stamped_by_producer).then(|| DeletingRetention {

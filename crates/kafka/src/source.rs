@@ -131,12 +131,22 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "true");
         let consumer: BaseConsumer<SourceContext> = config.create_with_context(SourceContext)?;
-        let parts = partitions(&consumer, &url.topic)?.ok_or_else(|| {
+        let mut parts = partitions(&consumer, &url.topic)?.ok_or_else(|| {
             Error::Topic(format!(
                 "input topic {} does not exist on {}",
                 url.topic, url.bootstrap
             ))
         })?;
+        if let Some(only) = &url.assign {
+            if let Some(missing) = only.iter().find(|p| !parts.contains(p)) {
+                return Err(Error::Config(format!(
+                    "assign={missing}: topic {} has partitions 0..{}",
+                    url.topic,
+                    parts.len()
+                )));
+            }
+            parts.retain(|p| only.contains(p));
+        }
         let mut source = Self {
             url,
             consumer,

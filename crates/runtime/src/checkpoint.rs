@@ -13,12 +13,19 @@
 //! to `ckpt-N/`, and only then named in `CURRENT` (temp file + fsync +
 //! rename + directory fsync). A crash at any point leaves the previous
 //! checkpoint intact and current.
+//!
+//! A store may have a [`CheckpointReplica`] (a task of a consumer group:
+//! Kafka): each checkpoint and idle decision is then also saved there, and
+//! opening the store first installs the replica's checkpoint when it is
+//! newer than the local one, so any process can take the task over.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tracing::info;
+use ubik_connector::CheckpointReplica;
 
 use crate::error::{Result, RuntimeError};
 
@@ -48,6 +55,7 @@ pub struct Manifest {
 pub struct CheckpointStore {
     dir: PathBuf,
     keep: usize,
+    replica: Option<Box<dyn CheckpointReplica>>,
 }
 
 /// A checkpoint read back.
@@ -82,7 +90,54 @@ impl CheckpointStore {
         Ok(Self {
             dir,
             keep: keep.max(1),
+            replica: None,
         })
+    }
+
+    /// Adds a replica, first installing its checkpoint (and idle log) when
+    /// it is newer than the local one.
+    pub fn with_replica(mut self, mut replica: Box<dyn CheckpointReplica>) -> Result<Self> {
+        let started = std::time::Instant::now();
+        let held = replica.load()?;
+        let local = self.latest_epoch()?;
+        if let Some((epoch, files)) = held.checkpoint
+            && local.is_none_or(|l| epoch > l)
+        {
+            let files: Vec<(&str, &[u8])> = files
+                .iter()
+                .map(|(n, b)| (n.as_str(), b.as_slice()))
+                .collect();
+            let bytes: usize = files.iter().map(|(_, b)| b.len()).sum();
+            self.install(epoch, &files)?;
+            let idle = self.idle_log_path();
+            write_synced(&idle, held.idle.as_deref().unwrap_or_default())?;
+            info!(
+                epoch,
+                bytes,
+                ms = started.elapsed().as_millis() as u64,
+                replica = replica.describe(),
+                "restored the checkpoint from its replica"
+            );
+        } else if local.is_none()
+            && let Some(idle) = held.idle
+        {
+            write_synced(&self.idle_log_path(), &idle)?;
+        }
+        self.replica = Some(replica);
+        Ok(self)
+    }
+
+    /// The epoch `CURRENT` names, if any.
+    fn latest_epoch(&self) -> Result<Option<u64>> {
+        let current = self.dir.join("CURRENT");
+        match fs::read_to_string(&current) {
+            Ok(s) => Ok(s
+                .trim()
+                .strip_prefix("ckpt-")
+                .and_then(|n| n.parse::<u64>().ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(ckpt_err("cannot read", &current, e)),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -143,27 +198,46 @@ impl CheckpointStore {
         })
     }
 
-    /// Writes a checkpoint atomically and makes it current.
+    /// Writes a checkpoint atomically and makes it current (and saves it
+    /// to the replica, if any).
     pub fn write(
-        &self,
+        &mut self,
         manifest: &Manifest,
         engine_state: &[u8],
         pending: Option<&[u8]>,
     ) -> Result<()> {
-        let name = Self::name(manifest.epoch);
+        let json = serde_json::to_vec_pretty(manifest)
+            .map_err(|e| RuntimeError::Checkpoint(format!("cannot encode manifest: {e}")))?;
+        let mut files: Vec<(&str, &[u8])> = vec![("engine.state", engine_state)];
+        if let Some(p) = pending {
+            files.push(("pending.arrow", p));
+        }
+        // Last: a directory with a manifest is complete.
+        files.push(("manifest.json", &json));
+        self.install(manifest.epoch, &files)?;
+        if let Some(replica) = &mut self.replica {
+            replica.save(manifest.epoch, &files)?;
+        }
+        Ok(())
+    }
+
+    /// Writes checkpoint `epoch`'s files atomically and makes it current.
+    fn install(&self, epoch: u64, files: &[(&str, &[u8])]) -> Result<()> {
+        let name = Self::name(epoch);
         let tmp = self.dir.join(format!("{name}.tmp"));
         let fin = self.dir.join(&name);
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(|e| ckpt_err("cannot clear", &tmp, e))?;
         }
         fs::create_dir_all(&tmp).map_err(|e| ckpt_err("cannot create", &tmp, e))?;
-        write_synced(&tmp.join("engine.state"), engine_state)?;
-        if let Some(p) = pending {
-            write_synced(&tmp.join("pending.arrow"), p)?;
+        for (file, bytes) in files {
+            if file.contains('/') || file.starts_with('.') {
+                return Err(RuntimeError::Checkpoint(format!(
+                    "refusing checkpoint file name {file:?}"
+                )));
+            }
+            write_synced(&tmp.join(file), bytes)?;
         }
-        let json = serde_json::to_vec_pretty(manifest)
-            .map_err(|e| RuntimeError::Checkpoint(format!("cannot encode manifest: {e}")))?;
-        write_synced(&tmp.join("manifest.json"), &json)?;
         fsync_dir(&tmp)?;
         if fin.exists() {
             fs::remove_dir_all(&fin).map_err(|e| ckpt_err("cannot replace", &fin, e))?;
@@ -175,7 +249,7 @@ impl CheckpointStore {
         fs::rename(&current_tmp, self.dir.join("CURRENT"))
             .map_err(|e| ckpt_err("cannot rename", &current_tmp, e))?;
         fsync_dir(&self.dir)?;
-        self.prune(manifest.epoch);
+        self.prune(epoch);
         Ok(())
     }
 
@@ -202,8 +276,22 @@ impl CheckpointStore {
         self.dir.join("idle.log")
     }
 
+    /// Saves the idle log to the replica, if any.
+    fn replicate_idle(&mut self) -> Result<()> {
+        let Some(replica) = &mut self.replica else {
+            return Ok(());
+        };
+        let path = self.dir.join("idle.log");
+        let log = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ckpt_err("cannot read", &path, e)),
+        };
+        Ok(replica.save_idle(&log)?)
+    }
+
     /// Appends one idle-close decision, durably, before it takes effect.
-    pub fn append_idle(&self, event: &IdleEvent) -> Result<()> {
+    pub fn append_idle(&mut self, event: &IdleEvent) -> Result<()> {
         let path = self.idle_log_path();
         let mut f = OpenOptions::new()
             .create(true)
@@ -214,7 +302,9 @@ impl CheckpointStore {
         line.push(b'\n');
         f.write_all(&line)
             .map_err(|e| ckpt_err("cannot write", &path, e))?;
-        f.sync_data().map_err(|e| ckpt_err("cannot sync", &path, e))
+        f.sync_data()
+            .map_err(|e| ckpt_err("cannot sync", &path, e))?;
+        self.replicate_idle()
     }
 
     /// Idle-close decisions logged since the last checkpoint.
@@ -234,7 +324,7 @@ impl CheckpointStore {
     }
 
     /// Drops idle decisions a checkpoint now covers.
-    pub fn truncate_idle(&self, epoch: u64) -> Result<()> {
+    pub fn truncate_idle(&mut self, epoch: u64) -> Result<()> {
         let kept = self.read_idle(epoch)?;
         let mut text = Vec::new();
         for e in kept {
@@ -243,7 +333,8 @@ impl CheckpointStore {
         }
         let tmp = self.dir.join("idle.log.tmp");
         write_synced(&tmp, &text)?;
-        fs::rename(&tmp, self.idle_log_path()).map_err(|e| ckpt_err("cannot rename", &tmp, e))
+        fs::rename(&tmp, self.idle_log_path()).map_err(|e| ckpt_err("cannot rename", &tmp, e))?;
+        self.replicate_idle()
     }
 }
 

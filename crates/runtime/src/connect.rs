@@ -16,7 +16,7 @@ use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
 use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 
-use crate::checkpoint::fingerprint;
+use crate::checkpoint::{CheckpointStore, fingerprint};
 use crate::dead_letter::StderrDeadLetters;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::Pipeline;
@@ -197,13 +197,17 @@ fn open_sink(
     emit: EmitMode,
     kafka: &BTreeMap<String, String>,
     pipeline: &Pipeline,
+    task: Option<(&str, u32)>,
 ) -> Result<Box<dyn Sink>> {
     Ok(match spec {
         SinkSpec::Stdout => Box::new(StdoutSink::default()),
         SinkSpec::Kafka(url) => {
-            // Stable across restarts of the same pipeline, so a restarted (or
-            // second) instance fences the previous one.
-            let transactional_id = format!("ubik-{}", pipeline.fingerprint());
+            // Stable across restarts of the same pipeline (and task), so a
+            // restarted (or second) instance fences the previous one.
+            let transactional_id = match task {
+                None => format!("ubik-{}", pipeline.fingerprint()),
+                Some((group, t)) => format!("ubik-{}-{group}-{t}", pipeline.fingerprint()),
+            };
             Box::new(
                 KafkaSink::open(
                     url,
@@ -221,6 +225,14 @@ fn open_sink(
 /// Opens the pipeline's sources and dead-letter output, plans the query and
 /// resumes from the checkpoint, if any. The sink is the caller's (a host).
 pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
+    open_pipeline_replicated(spec, None)
+}
+
+/// [`open_pipeline`], its checkpoints also saved to `replica`.
+fn open_pipeline_replicated(
+    spec: PipelineSpec,
+    replica: Option<Box<dyn ubik_connector::CheckpointReplica>>,
+) -> Result<Pipeline> {
     let PipelineSpec {
         sql,
         sources,
@@ -229,6 +241,7 @@ pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
         settings,
         checkpoint,
         kafka,
+        group: _,
     } = spec;
     check_source_names(&sources)?;
     let opened = sources
@@ -236,7 +249,60 @@ pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
         .map(|s| open_source(s, &sql, &settings, checkpoint.as_deref(), &kafka))
         .collect::<Result<Vec<_>>>()?;
     let dead_letters = open_dead_letters(dead_letters, &kafka)?;
-    Pipeline::new(&sql, opened, &settings, checkpoint.as_deref(), dead_letters)
+    let store = match (&checkpoint, replica) {
+        (None, _) => None,
+        (Some(dir), None) => Some(CheckpointStore::open(dir, settings.keep_checkpoints)?),
+        (Some(dir), Some(r)) => {
+            Some(CheckpointStore::open(dir, settings.keep_checkpoints)?.with_replica(r)?)
+        }
+    };
+    Pipeline::with_store(&sql, opened, &settings, store, dead_letters)
+}
+
+/// The compacted topic a group's task checkpoints are replicated to.
+pub fn state_topic(group: &str) -> String {
+    format!("{group}-ubik-checkpoints")
+}
+
+/// Opens task `task` of a consumer group's pipeline (`spec` is the whole
+/// pipeline's): partition `task` of its sources, its checkpoints replicated
+/// to the group's state topic (one partition per task, `tasks` in all), and
+/// a sink whose transactional id names the task, so that a new owner fences
+/// the old one.
+pub fn open_task(spec: &PipelineSpec, task: u32, tasks: u32) -> Result<Opened> {
+    let group = spec
+        .group
+        .clone()
+        .ok_or_else(|| RuntimeError::Config("a task needs a consumer group".into()))?;
+    let Some(Endpoint::Kafka(url)) = spec.sources.first().map(|s| &s.endpoint) else {
+        return Err(RuntimeError::Config(
+            "a consumer group shares Kafka partitions: the source must be a kafka:// topic".into(),
+        ));
+    };
+    let bootstrap = ubik_kafka::KafkaUrl::parse(url)
+        .map_err(ConnectorError::from)?
+        .bootstrap;
+    let replica = ubik_kafka::StateTopic::open(
+        &bootstrap,
+        &state_topic(&group.name),
+        tasks as i32,
+        task,
+        &spec.kafka,
+    )
+    .map_err(ConnectorError::from)?;
+    let task_spec = spec.for_task(task)?;
+    let emit = task_spec.settings.emit;
+    let sink_spec = task_spec.sink.clone();
+    let kafka = task_spec.kafka.clone();
+    let pipeline = open_pipeline_replicated(task_spec, Some(Box::new(replica)))?;
+    let sink = open_sink(
+        &sink_spec,
+        emit,
+        &kafka,
+        &pipeline,
+        Some((&group.name, task)),
+    )?;
+    Ok(Opened { pipeline, sink })
 }
 
 /// Several sources must each name their table, once.
@@ -276,7 +342,7 @@ pub fn open(mut spec: PipelineSpec) -> Result<Opened> {
     let emit = spec.settings.emit;
     let kafka = spec.kafka.clone();
     let pipeline = open_pipeline(spec)?;
-    let sink = open_sink(&sink_spec, emit, &kafka, &pipeline)?;
+    let sink = open_sink(&sink_spec, emit, &kafka, &pipeline, None)?;
     Ok(Opened { pipeline, sink })
 }
 

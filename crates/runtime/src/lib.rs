@@ -11,12 +11,14 @@
 //! - [`connect`]: the front door that opens sources, sinks and dead-letter
 //!   outputs from a spec.
 //! - [`pipeline`], [`runner`], [`host`]: running it into a byte sink or a host.
+//! - [`group`]: one process's share of a consumer group's tasks.
 
 pub mod changes;
 pub mod checkpoint;
 pub mod connect;
 pub mod dead_letter;
 pub mod error;
+pub mod group;
 pub mod host;
 pub mod pipeline;
 pub mod record_meta;
@@ -29,4 +31,4 @@ pub use connect::{Opened, open, open_pipeline, validate};
 pub use error::{ErrorClass, Result, RuntimeError};
 pub use pipeline::{Pipeline, Stats, Step};
 pub use settings::{ErrorPolicy, Settings};
-pub use spec::{DeadLetterSpec, Endpoint, PipelineSpec, SinkSpec, SourceSpec};
+pub use spec::{DeadLetterSpec, Endpoint, GroupSpec, PipelineSpec, SinkSpec, SourceSpec};

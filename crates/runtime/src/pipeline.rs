@@ -187,6 +187,21 @@ impl Pipeline {
         checkpoint: Option<&Path>,
         dead_letters: Box<dyn DeadLetterSink>,
     ) -> Result<Self> {
+        let store = match checkpoint {
+            Some(dir) => Some(CheckpointStore::open(dir, settings.keep_checkpoints)?),
+            None => None,
+        };
+        Self::with_store(sql, sources, settings, store, dead_letters)
+    }
+
+    /// Like [`Self::new`], checkpointing to `store` (which may replicate).
+    pub fn with_store(
+        sql: &str,
+        sources: Vec<OpenedSource>,
+        settings: &Settings,
+        store: Option<CheckpointStore>,
+        dead_letters: Box<dyn DeadLetterSink>,
+    ) -> Result<Self> {
         if sources.is_empty() {
             return Err(RuntimeError::Config("a pipeline needs a source".into()));
         }
@@ -284,8 +299,8 @@ impl Pipeline {
             finished: false,
             stats: Stats::default(),
         };
-        if let Some(dir) = checkpoint {
-            pipeline.store = Some(CheckpointStore::open(dir, settings.keep_checkpoints)?);
+        if store.is_some() {
+            pipeline.store = store;
             pipeline.resume(None)?;
         }
         Ok(pipeline)
@@ -848,7 +863,7 @@ impl Pipeline {
                 continue;
             }
             let position = self.consumed.get(&p).copied().unwrap_or(0);
-            if let Some(store) = &self.store {
+            if let Some(store) = &mut self.store {
                 store.append_idle(&IdleEvent {
                     epoch: self.epoch + 1,
                     partition: p,
@@ -873,9 +888,9 @@ impl Pipeline {
     pub fn checkpoint(&mut self, pending: &[ChangeBatch]) -> Result<()> {
         // Dead letters are made durable at every epoch, checkpoints or not.
         self.dead_letters.commit()?;
-        let Some(store) = self.store.as_ref() else {
+        if self.store.is_none() {
             return Ok(());
-        };
+        }
         let started = Instant::now();
         let snapshot = self.query.snapshot()?;
         let state = snapshot.encode()?;
@@ -905,6 +920,9 @@ impl Pipeline {
                 .unwrap_or(0),
             state_bytes: state.len() as u64,
             state_keys: self.query.state_keys() as u64,
+        };
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
         };
         store.write(&manifest, &state, pending_bytes.as_deref())?;
         store.truncate_idle(epoch + 1)?;

@@ -83,46 +83,73 @@ fn recover(pipeline: &mut Pipeline, sink: &mut dyn Sink, why: &str) -> Result<()
     pipeline.rewind()
 }
 
-/// Runs until the input ends or `stop` is set.
-pub fn run_to_sink(
-    pipeline: &mut Pipeline,
-    sink: &mut dyn Sink,
-    opts: RunOptions<'_>,
-) -> Result<RunEnd> {
-    let plan = pipeline.plan().clone();
-    let mut encoder = ChangelogEncoder::new(
-        &plan.output_schema,
-        plan.key_columns.clone(),
-        plan.has_record_key(),
-    );
-    let mut out = Output::default();
-    let mut last_commit = Instant::now();
-    let mut records_at_commit = pipeline.stats.records_in;
-    let mut last_report = Instant::now();
-    let mut pending = false;
-    let mut first_write: Option<Instant> = None;
-    // 0: running; 1: draining the source; 2: drained.
-    let mut draining = 0;
-    loop {
-        if opts.stop.load(Ordering::Relaxed) && draining == 0 {
-            draining = if pipeline.begin_drain() { 1 } else { 2 };
-            if draining == 1 {
+/// When to commit: at least every `interval`, or after `records` input records.
+#[derive(Debug, Clone, Copy)]
+pub struct Cadence {
+    pub interval: Duration,
+    pub records: Option<u64>,
+}
+
+/// Drives one pipeline into its sink a step at a time, so that one thread
+/// can run several (the tasks of a consumer group member).
+pub struct Runner {
+    encoder: ChangelogEncoder,
+    out: Output,
+    last_commit: Instant,
+    records_at_commit: u64,
+    pending: bool,
+    first_write: Option<Instant>,
+    /// 0: running; 1: draining the source; 2: drained.
+    draining: u8,
+}
+
+impl Runner {
+    pub fn new(pipeline: &Pipeline) -> Self {
+        let plan = pipeline.plan();
+        Self {
+            encoder: ChangelogEncoder::new(
+                &plan.output_schema,
+                plan.key_columns.clone(),
+                plan.has_record_key(),
+            ),
+            out: Output::default(),
+            last_commit: Instant::now(),
+            records_at_commit: pipeline.stats.records_in,
+            pending: false,
+            first_write: None,
+            draining: 0,
+        }
+    }
+
+    /// One step: reads a chunk, writes what it emitted, commits (and
+    /// checkpoints) when due. With `stop`, drains and stops. Returns how the
+    /// run ended, once it has.
+    pub fn turn(
+        &mut self,
+        pipeline: &mut Pipeline,
+        sink: &mut dyn Sink,
+        cadence: Cadence,
+        stop: bool,
+    ) -> Result<Option<RunEnd>> {
+        if stop && self.draining == 0 {
+            self.draining = if pipeline.begin_drain() { 1 } else { 2 };
+            if self.draining == 1 {
                 info!("stopping: processing what the source already accepted");
             }
         }
-        if draining == 2 {
-            if commit_epoch(pipeline, sink, &mut first_write)? {
+        if self.draining == 2 {
+            if commit_epoch(pipeline, sink, &mut self.first_write)? {
                 info!("stopped on request after committing and checkpointing");
-                return Ok(RunEnd::Stopped);
+                return Ok(Some(RunEnd::Stopped));
             }
-            continue;
+            return Ok(None);
         }
-        out.clear();
-        let step = pipeline.step(&mut out)?;
+        self.out.clear();
+        let step = pipeline.step(&mut self.out)?;
         let mut written = 0u64;
         let mut lost = None;
-        'emit: for change in &out.changes {
-            let r = encoder.encode(change, |rec| {
+        'emit: for change in &self.out.changes {
+            let r = self.encoder.encode(change, |rec| {
                 written += 1;
                 sink.write(rec)
             })?;
@@ -134,40 +161,80 @@ pub fn run_to_sink(
         match lost {
             None => {}
             Some(ConnectorError::Transient(m)) => {
-                first_write = None;
+                self.first_write = None;
                 recover(pipeline, sink, &m)?;
-                continue;
+                return Ok(None);
             }
             Some(e) => return Err(RuntimeError::Connector(e)),
         }
         if written > 0 {
-            first_write.get_or_insert_with(Instant::now);
+            self.first_write.get_or_insert_with(Instant::now);
             pipeline.note_emitted(written);
-            pending = true;
+            self.pending = true;
         }
-        if draining == 1 && step == Step::Idle {
-            draining = 2;
-            continue;
+        if self.draining == 1 && step == Step::Idle {
+            self.draining = 2;
+            return Ok(None);
         }
         if step == Step::Finished {
-            if !commit_epoch(pipeline, sink, &mut first_write)? {
-                continue;
+            if !commit_epoch(pipeline, sink, &mut self.first_write)? {
+                return Ok(None);
             }
-            (opts.report)(&pipeline.stats);
-            return Ok(RunEnd::Finished);
+            return Ok(Some(RunEnd::Finished));
         }
-        let due = last_commit.elapsed() >= opts.commit_interval
-            || opts
-                .commit_records
-                .is_some_and(|n| pipeline.stats.records_in - records_at_commit >= n);
+        let due = self.last_commit.elapsed() >= cadence.interval
+            || cadence
+                .records
+                .is_some_and(|n| pipeline.stats.records_in - self.records_at_commit >= n);
         // Without a checkpoint directory there is nothing to checkpoint, but
         // output is still committed promptly when the input pauses.
-        let idle_flush = pending && step == Step::Idle && !pipeline.has_checkpoints();
+        let idle_flush = self.pending && step == Step::Idle && !pipeline.has_checkpoints();
         if due || idle_flush {
-            commit_epoch(pipeline, sink, &mut first_write)?;
-            last_commit = Instant::now();
-            records_at_commit = pipeline.stats.records_in;
-            pending = false;
+            commit_epoch(pipeline, sink, &mut self.first_write)?;
+            self.last_commit = Instant::now();
+            self.records_at_commit = pipeline.stats.records_in;
+            self.pending = false;
+        }
+        Ok(None)
+    }
+
+    /// Commits and checkpoints what was emitted, retrying a lost epoch
+    /// (after replaying it), before the task is handed to another process.
+    pub fn hand_over(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
+        loop {
+            match self.turn(pipeline, sink, CADENCE_NEVER, true)? {
+                Some(_) => return Ok(()),
+                None => continue,
+            }
+        }
+    }
+}
+
+/// A cadence that never asks for a commit (the caller decides).
+const CADENCE_NEVER: Cadence = Cadence {
+    interval: Duration::MAX,
+    records: None,
+};
+
+/// Runs until the input ends or `stop` is set.
+pub fn run_to_sink(
+    pipeline: &mut Pipeline,
+    sink: &mut dyn Sink,
+    opts: RunOptions<'_>,
+) -> Result<RunEnd> {
+    let mut runner = Runner::new(pipeline);
+    let cadence = Cadence {
+        interval: opts.commit_interval,
+        records: opts.commit_records,
+    };
+    let mut last_report = Instant::now();
+    loop {
+        let stop = opts.stop.load(Ordering::Relaxed);
+        if let Some(end) = runner.turn(pipeline, sink, cadence, stop)? {
+            if end == RunEnd::Finished {
+                (opts.report)(&pipeline.stats);
+            }
+            return Ok(end);
         }
         if last_report.elapsed() >= opts.report_every {
             pipeline.stats.lag = pipeline.lag();

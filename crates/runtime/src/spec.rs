@@ -282,6 +282,21 @@ pub struct PipelineSpec {
     pub checkpoint: Option<PathBuf>,
     /// librdkafka properties for every Kafka client of the pipeline.
     pub kafka: BTreeMap<String, String>,
+    /// Share the input with other processes of this consumer group.
+    pub group: Option<GroupSpec>,
+}
+
+/// Membership of a consumer group (`--group`): processes with the same
+/// pipeline and group share the input's partitions as tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSpec {
+    pub name: String,
+    /// Static membership (`group.instance.id`): a restart within the
+    /// session timeout keeps this process's tasks without a rebalance.
+    pub instance_id: Option<String>,
+    /// How the input topic is partitioned: records with equal values of
+    /// these columns are in one partition (see [`crate::group`]).
+    pub partitioned_by: Vec<String>,
 }
 
 impl PipelineSpec {
@@ -294,7 +309,53 @@ impl PipelineSpec {
             settings: Settings::default(),
             checkpoint: None,
             kafka: BTreeMap::new(),
+            group: None,
         }
+    }
+
+    /// The spec of task `task` of a group: partition `task` of every
+    /// (Kafka) source, its own checkpoint directory under the group's.
+    pub fn for_task(&self, task: u32) -> Result<PipelineSpec> {
+        let sources = self
+            .sources
+            .iter()
+            .map(|s| match &s.endpoint {
+                Endpoint::Kafka(url) => {
+                    let sep = if url.contains('?') { '&' } else { '?' };
+                    Ok(SourceSpec {
+                        table: s.table.clone(),
+                        endpoint: Endpoint::Kafka(format!("{url}{sep}assign={task}")),
+                        schema: s.schema.clone(),
+                        format: s.format,
+                    })
+                }
+                other => Err(RuntimeError::Config(format!(
+                    "a consumer group shares Kafka partitions; source {other:?} is not a kafka:// topic"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let dead_letters = match &self.dead_letters {
+            DeadLetterSpec::Stderr => DeadLetterSpec::Stderr,
+            DeadLetterSpec::Kafka(url) => DeadLetterSpec::Kafka(url.clone()),
+            DeadLetterSpec::Provided(_) => {
+                return Err(RuntimeError::Config(
+                    "a consumer group's tasks need dead letters on stderr or Kafka".into(),
+                ));
+            }
+        };
+        Ok(PipelineSpec {
+            sql: self.sql.clone(),
+            sources,
+            sink: self.sink.clone(),
+            dead_letters,
+            settings: self.settings.clone(),
+            checkpoint: self
+                .checkpoint
+                .as_ref()
+                .map(|d| d.join(format!("task-{task}"))),
+            kafka: self.kafka.clone(),
+            group: self.group.clone(),
+        })
     }
 }
 

@@ -1,0 +1,141 @@
+//! [`GroupMember`]: membership of a consumer group, for sharing a topic's
+//! partitions as tasks among processes (the Kafka Streams model).
+//!
+//! The member subscribes with cooperative-sticky assignment (a rebalance
+//! moves only the partitions that change owner) and, with an instance id,
+//! static membership (a restart within the session timeout keeps its
+//! partitions). It reads no records: its partitions stay paused, and each
+//! task reads its own partition with its own [`crate::KafkaSource`], from
+//! the position in its checkpoint, not from group offsets.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::TopicPartitionList;
+use tracing::{info, warn};
+
+use crate::config::KafkaUrl;
+use crate::error::Error;
+
+/// A change of the partitions this member owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assignment {
+    Assigned(Vec<u32>),
+    Revoked(Vec<u32>),
+}
+
+/// Collects rebalance events for the run loop, and pauses what it is given.
+#[derive(Default)]
+pub struct MemberContext {
+    events: Mutex<Vec<Assignment>>,
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<u32> {
+    let mut ps: Vec<u32> = tpl
+        .elements()
+        .iter()
+        .map(|e| e.partition() as u32)
+        .collect();
+    ps.sort_unstable();
+    ps
+}
+
+impl ClientContext for MemberContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        warn!("librdkafka (group member): {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for MemberContext {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let event = match rebalance {
+            Rebalance::Assign(tpl) => {
+                // Tasks read their partitions themselves.
+                if let Err(e) = consumer.pause(tpl) {
+                    warn!("pausing the group member's partitions: {e}");
+                }
+                Assignment::Assigned(partitions_of(tpl))
+            }
+            Rebalance::Revoke(tpl) => Assignment::Revoked(partitions_of(tpl)),
+            Rebalance::Error(e) => {
+                warn!("rebalance: {e}");
+                return;
+            }
+        };
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event);
+        }
+    }
+}
+
+pub struct GroupMember {
+    consumer: BaseConsumer<MemberContext>,
+    group: String,
+    topic: String,
+}
+
+impl GroupMember {
+    /// Joins `group` for `url`'s topic.
+    pub fn join(
+        url: &KafkaUrl,
+        group: &str,
+        instance_id: Option<&str>,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<Self, Error> {
+        let mut config = url.client_config_with(
+            &[("partition.assignment.strategy", "cooperative-sticky")],
+            properties,
+        );
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        if let Some(id) = instance_id {
+            config.set("group.instance.id", id);
+        }
+        let consumer: BaseConsumer<MemberContext> =
+            config.create_with_context(MemberContext::default())?;
+        consumer.subscribe(&[&url.topic])?;
+        info!(group, topic = %url.topic, instance = ?instance_id, "joining the consumer group");
+        Ok(Self {
+            consumer,
+            group: group.to_string(),
+            topic: url.topic.clone(),
+        })
+    }
+
+    /// The subscribed topic's partitions (one task each).
+    pub fn partitions(&self) -> Result<Vec<i32>, Error> {
+        crate::admin::partitions(&self.consumer, &self.topic)?
+            .ok_or_else(|| Error::Topic(format!("input topic {} does not exist", self.topic)))
+    }
+
+    /// Serves the group protocol (heartbeats, rebalances) for up to
+    /// `timeout`; returns the assignment changes since the last call.
+    pub fn poll(&self, timeout: Duration) -> Vec<Assignment> {
+        // Records are not expected (the partitions are paused): dropped.
+        if let Some(Err(e)) = self.consumer.poll(timeout) {
+            warn!("group {}: {e}", self.group);
+        }
+        self.consumer
+            .context()
+            .events
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default()
+    }
+
+    /// Leaves the group (a static member only stops heartbeating: its
+    /// partitions wait for it until the session times out).
+    pub fn leave(self) {
+        self.consumer.unsubscribe();
+        for _ in 0..10 {
+            let _ = self.consumer.poll(Duration::from_millis(50));
+        }
+        info!(group = %self.group, topic = %self.topic, "left the consumer group");
+    }
+}

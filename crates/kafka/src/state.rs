@@ -1,0 +1,281 @@
+//! [`StateTopic`]: a task's checkpoints replicated to a compacted topic, so
+//! that whichever process takes the task over restores it from Kafka.
+//!
+//! Records of task `T`, all on partition `T % partitions`:
+//!
+//! ```text
+//! key "T"                      manifest: {"epoch", "writer", "files": [{"name", "len", "chunks"}]}
+//! key "T/WRITER/EPOCH/FILE/I"  chunk I of FILE (at most CHUNK bytes)
+//! key "T/idle"                 the idle-close log
+//! ```
+//!
+//! Chunks are written before their manifest, on the same partition, so a
+//! reader that sees a manifest has seen its chunks. The previous epoch's
+//! chunks are deleted (tombstones) once the new manifest is durable; the
+//! topic is compacted, so it holds about one checkpoint per task. Chunk keys
+//! name their writer (one per opened task), so a fenced former owner still
+//! saving cannot mix its files into the new owner's checkpoint.
+//!
+//! Why snapshots and not a changelog of every state update (Kafka Streams'
+//! way): the engine already takes consistent snapshots at each checkpoint
+//! together with the source positions, restoring is one read of the latest
+//! snapshot instead of a replay of updates, and the hot path writes nothing.
+//! The price is that each checkpoint writes the whole state.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer};
+use serde_json::json;
+use ubik_connector::{CheckpointFiles, CheckpointReplica, ConnectorError, Replicated};
+
+use crate::admin::{METADATA_TIMEOUT, ensure_topic};
+use crate::config::{EmitMode, KafkaUrl};
+use crate::error::Error;
+use crate::retention::topic_config;
+use crate::sink::{DeliveryErrors, UbikProducer, producer, send};
+
+/// Bytes per chunk record: under the broker's default `message.max.bytes` (1 MB).
+const CHUNK: usize = 512 * 1024;
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One task's checkpoints on a state topic.
+pub struct StateTopic {
+    url: KafkaUrl,
+    properties: BTreeMap<String, String>,
+    task: u32,
+    partition: i32,
+    writer: String,
+    producer: UbikProducer,
+    errors: DeliveryErrors,
+    /// Chunk keys of the last manifest this writer saved or loaded.
+    chunks: Vec<String>,
+}
+
+/// A name unique to this opening of a task.
+fn writer_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", std::process::id(), nanos)
+}
+
+impl StateTopic {
+    /// Opens task `task`'s checkpoints on `topic` (at `bootstrap`), creating
+    /// the topic (compacted, `partitions` partitions) if it is missing and
+    /// refusing one that is not compacted.
+    pub fn open(
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        task: u32,
+        properties: &BTreeMap<String, String>,
+    ) -> Result<Self, Error> {
+        let url = KafkaUrl::parse(&format!(
+            "kafka://{bootstrap}/{topic}?partitions={partitions}&cleanup=compact"
+        ))?;
+        let client = url.client_config(properties);
+        let parts = ensure_topic(&url, &client, "compact")?;
+        let [policy] =
+            <[Option<String>; 1]>::try_from(topic_config(&client, topic, &["cleanup.policy"])?)
+                .map_err(|_| Error::Transient(format!("incomplete config of topic {topic}")))?;
+        let policy = policy.unwrap_or_else(|| "delete".into());
+        if !policy.split(',').any(|p| p.trim() == "compact") {
+            return Err(Error::Topic(format!(
+                "state topic {topic} has cleanup.policy={policy}: the broker would delete the checkpoints tasks restore from; set cleanup.policy=compact on it (kafka-configs --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact)"
+            )));
+        }
+        let (producer, errors) = producer(&url, properties, EmitMode::Idempotent, None)?;
+        Ok(Self {
+            partition: (task % parts.len() as u32) as i32,
+            url,
+            properties: properties.clone(),
+            task,
+            writer: writer_id(),
+            producer,
+            errors,
+            chunks: Vec::new(),
+        })
+    }
+
+    fn put(&self, key: &str, value: Option<&[u8]>) -> Result<(), Error> {
+        let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.url.topic)
+            .partition(self.partition)
+            .key(key.as_bytes());
+        if let Some(v) = value {
+            r = r.payload(v);
+        }
+        send(&self.producer, r)
+    }
+
+    fn flush(&self) -> Result<(), Error> {
+        self.producer
+            .flush(FLUSH_TIMEOUT)
+            .map_err(|e| Error::Transient(format!("saving state to {}: {e}", self.url.topic)))?;
+        match self.errors.take_error() {
+            None => Ok(()),
+            Some(e) => Err(Error::Transient(format!(
+                "saving state to {}: {e}",
+                self.url.topic
+            ))),
+        }
+    }
+
+    /// Every record of this task on the state topic, latest value per key.
+    fn read_all(&self) -> Result<BTreeMap<String, Option<Vec<u8>>>, Error> {
+        let mut config = self.url.client_config(&self.properties);
+        config
+            .set("group.id", format!("{}-restore", self.url.topic))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true");
+        let consumer: BaseConsumer = config.create()?;
+        let (low, high) = consumer
+            .fetch_watermarks(&self.url.topic, self.partition, METADATA_TIMEOUT)
+            .map_err(|e| Error::Transient(format!("reading {}: {e}", self.url.topic)))?;
+        let mut latest = BTreeMap::new();
+        if high <= low {
+            return Ok(latest);
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.url.topic, self.partition, Offset::Offset(low))?;
+        consumer.assign(&tpl)?;
+        let prefix = self.task.to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        let mut next = low;
+        while next < high {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::Transient(format!(
+                    "reading the state of task {} from {} did not finish in 5 minutes",
+                    self.task, self.url.topic
+                )));
+            }
+            match consumer.poll(Duration::from_millis(500)) {
+                Some(Ok(m)) => {
+                    next = m.offset() + 1;
+                    let Some(key) = m.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+                        continue;
+                    };
+                    if key.split('/').next() != Some(prefix.as_str()) {
+                        continue;
+                    }
+                    latest.insert(key.to_string(), m.payload().map(<[u8]>::to_vec));
+                }
+                // The end of a compacted log can sit past its last record.
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => {
+                    return Err(Error::Transient(format!("reading {}: {e}", self.url.topic)));
+                }
+                None => {}
+            }
+        }
+        Ok(latest)
+    }
+}
+
+fn bad(topic: &str, task: u32, what: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::Fatal(format!(
+        "the checkpoint of task {task} on state topic {topic} is damaged: {what}"
+    ))
+}
+
+impl CheckpointReplica for StateTopic {
+    fn save(&mut self, epoch: u64, files: &[(&str, &[u8])]) -> Result<(), ConnectorError> {
+        let mut keys = Vec::new();
+        let mut listed = Vec::new();
+        for (name, bytes) in files {
+            let pieces: Vec<&[u8]> = if bytes.is_empty() {
+                vec![&[][..]]
+            } else {
+                bytes.chunks(CHUNK).collect()
+            };
+            for (i, piece) in pieces.iter().enumerate() {
+                let key = format!("{}/{}/{epoch}/{name}/{i}", self.task, self.writer);
+                self.put(&key, Some(piece))?;
+                keys.push(key);
+            }
+            listed.push(json!({"name": name, "len": bytes.len(), "chunks": pieces.len()}));
+        }
+        let manifest = json!({"epoch": epoch, "writer": self.writer, "files": listed});
+        self.put(
+            &self.task.to_string(),
+            Some(manifest.to_string().as_bytes()),
+        )?;
+        self.flush()?;
+        // The manifest is durable: the chunks it replaced can go.
+        for key in std::mem::replace(&mut self.chunks, keys) {
+            self.put(&key, None)?;
+        }
+        self.flush()?;
+        Ok(())
+    }
+
+    fn save_idle(&mut self, log: &[u8]) -> Result<(), ConnectorError> {
+        self.put(&format!("{}/idle", self.task), Some(log))?;
+        Ok(self.flush()?)
+    }
+
+    fn load(&mut self) -> Result<Replicated, ConnectorError> {
+        let mut latest = self.read_all()?;
+        let topic = self.url.topic.clone();
+        let task = self.task;
+        let idle = latest.remove(&format!("{task}/idle")).flatten();
+        let Some(manifest) = latest.get(&task.to_string()).cloned().flatten() else {
+            return Ok(Replicated {
+                checkpoint: None,
+                idle,
+            });
+        };
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&manifest).map_err(|e| bad(&topic, task, e))?;
+        let epoch = manifest["epoch"]
+            .as_u64()
+            .ok_or_else(|| bad(&topic, task, "no epoch"))?;
+        let writer = manifest["writer"].as_str().unwrap_or_default();
+        let mut files: CheckpointFiles = Vec::new();
+        let mut keys = Vec::new();
+        for f in manifest["files"].as_array().into_iter().flatten() {
+            let name = f["name"].as_str().unwrap_or_default();
+            let len = f["len"].as_u64().unwrap_or(0) as usize;
+            let chunks = f["chunks"].as_u64().unwrap_or(0);
+            let mut bytes = Vec::with_capacity(len);
+            for i in 0..chunks {
+                let key = format!("{task}/{writer}/{epoch}/{name}/{i}");
+                let piece = latest
+                    .get(&key)
+                    .and_then(Option::as_ref)
+                    .ok_or_else(|| bad(&topic, task, format!("chunk {key} is missing")))?;
+                bytes.extend_from_slice(piece);
+                keys.push(key);
+            }
+            if bytes.len() != len {
+                return Err(bad(
+                    &topic,
+                    task,
+                    format!("{name} has {} bytes, its manifest says {len}", bytes.len()),
+                ));
+            }
+            files.push((name.to_string(), bytes));
+        }
+        // This writer deletes them once it saves a newer checkpoint, with
+        // any chunks of writers that crashed before saving their manifest.
+        let manifest_key = task.to_string();
+        let orphans = latest
+            .iter()
+            .filter(|(k, v)| v.is_some() && **k != manifest_key && !keys.contains(k));
+        let orphans: Vec<String> = orphans.map(|(k, _)| k.clone()).collect();
+        keys.extend(orphans);
+        self.chunks = keys;
+        Ok(Replicated {
+            checkpoint: Some((epoch, files)),
+            idle,
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} task {}", self.url.display(), self.task)
+    }
+}

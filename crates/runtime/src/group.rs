@@ -1,0 +1,259 @@
+//! Running as one member of a consumer group: processes started with the
+//! same pipeline and `--group` share the input topic's partitions as tasks
+//! (the Kafka Streams model, with Kafka as the only coordinator).
+//!
+//! Task `p` reads partition `p` of every source and has its own state,
+//! watermark, checkpoint (local directory `CHECKPOINT/task-p`, replicated to
+//! the group's compacted state topic) and transactional producer (its id
+//! names the task, so a new owner fences the old one). Membership follows
+//! the consumer-group protocol with cooperative rebalancing: a task that is
+//! revoked commits and checkpoints before it goes; a task that arrives
+//! restores the newest checkpoint, local or replicated, and replays from
+//! its position. A killed process's tasks move after the session timeout
+//! and replay what it emitted after their last replicated checkpoint,
+//! byte-identically.
+//!
+//! A task's output is a pure function of its partition's records, so the
+//! bytes of each key do not depend on how many processes run or when they
+//! rebalance, provided all rows of a result key are in one partition: the
+//! input must be partitioned by (a subset of) the query's key, which the
+//! pipeline declares (`partitioned_by`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+use ubik_connector::{ConnectorError, Sink};
+use ubik_kafka::{Assignment, GroupMember, KafkaUrl};
+
+use crate::connect::{Opened, open_task};
+use crate::error::{Result, RuntimeError};
+use crate::pipeline::{Pipeline, Stats};
+use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
+use crate::spec::{Endpoint, PipelineSpec, SinkSpec};
+
+/// Poll wait of a task's source: several tasks share the thread.
+const TASK_POLL: Duration = Duration::from_millis(20);
+
+struct Task {
+    pipeline: Pipeline,
+    sink: Box<dyn Sink>,
+    runner: Runner,
+    finished: bool,
+}
+
+impl Task {
+    fn open(spec: &PipelineSpec, task: u32, tasks: u32) -> Result<Self> {
+        let started = Instant::now();
+        let Opened { mut pipeline, sink } = open_task(spec, task, tasks)?;
+        let partitioned_by = spec
+            .group
+            .as_ref()
+            .map(|g| g.partitioned_by.as_slice())
+            .unwrap_or_default();
+        check_partitioning(pipeline.plan(), partitioned_by)?;
+        pipeline.set_poll_timeout(TASK_POLL);
+        info!(
+            task,
+            epoch = pipeline.epoch(),
+            ms = started.elapsed().as_millis() as u64,
+            "task started"
+        );
+        Ok(Self {
+            runner: Runner::new(&pipeline),
+            pipeline,
+            sink,
+            finished: false,
+        })
+    }
+}
+
+/// Checks what a group can run before anything opens.
+fn check(spec: &PipelineSpec) -> Result<(String, Option<String>, KafkaUrl)> {
+    let group = spec
+        .group
+        .clone()
+        .ok_or_else(|| RuntimeError::Config("no consumer group given".into()))?;
+    if spec.checkpoint.is_none() {
+        return Err(RuntimeError::Config(
+            "a consumer group member needs --checkpoint DIR (each task checkpoints there and to the group's state topic, which a process taking a task over restores from)".into(),
+        ));
+    }
+    if !matches!(spec.sink, SinkSpec::Kafka(_)) {
+        return Err(RuntimeError::Config(
+            "a consumer group's output must be a kafka:// topic (--to): the tasks of several processes write it".into(),
+        ));
+    }
+    let Some(Endpoint::Kafka(url)) = spec.sources.first().map(|s| &s.endpoint) else {
+        return Err(RuntimeError::Config(
+            "a consumer group shares a Kafka topic's partitions: --from must be kafka://".into(),
+        ));
+    };
+    let url = KafkaUrl::parse(url).map_err(ConnectorError::from)?;
+    Ok((group.name, group.instance_id, url))
+}
+
+/// The key columns a partitioning must be among: a task computes a result
+/// key alone only if all its rows are in the task's partition.
+pub fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<()> {
+    let stateful = plan.is_keyed() || plan.join.is_some();
+    if !stateful {
+        return Ok(());
+    }
+    if partitioned_by.is_empty() {
+        return Err(RuntimeError::Config(format!(
+            "in a consumer group each task aggregates one input partition, so all rows of a result key must be in one partition; declare the input's partitioning with --partitioned-by COLUMN[,COLUMN] (records with equal values there are in one partition, e.g. keyed by them with Kafka's default partitioner), naming columns of the result key ({}); an internal repartition topic for other inputs is not built yet",
+            plan.key_names().join(", ")
+        )));
+    }
+    if plan.is_keyed() {
+        let keys = plan.key_names();
+        if let Some(c) = partitioned_by.iter().find(|c| !keys.contains(&c.as_str())) {
+            return Err(RuntimeError::Config(format!(
+                "--partitioned-by {c}: `{c}` is not a column of the result key ({}), so rows of one key can be in several partitions and no task would see them all",
+                keys.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn add(total: &mut Stats, s: &Stats) {
+    total.records_in += s.records_in;
+    total.bytes_in += s.bytes_in;
+    total.decode_errors += s.decode_errors;
+    total.dead_letters += s.dead_letters;
+    total.late_rows += s.late_rows;
+    total.changes_out += s.changes_out;
+    total.checkpoints += s.checkpoints;
+    total.last_checkpoint_ms = total.last_checkpoint_ms.max(s.last_checkpoint_ms);
+    total.state_bytes += s.state_bytes;
+    total.state_keys += s.state_keys;
+    total.commit_latency_last_ms = total.commit_latency_last_ms.max(s.commit_latency_last_ms);
+    total.commit_latency_max_ms = total.commit_latency_max_ms.max(s.commit_latency_max_ms);
+    total.lag = match (total.lag, s.lag) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+}
+
+fn is_fenced(e: &RuntimeError) -> bool {
+    matches!(e, RuntimeError::Connector(ConnectorError::Fenced(_)))
+}
+
+/// Runs this process's share of the group's tasks until `opts.stop` is set
+/// (then every task commits, checkpoints and the member leaves), or, for a
+/// bounded input, until it owns every task and all have finished.
+pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd> {
+    let (group, instance_id, url) = check(spec)?;
+    let member = GroupMember::join(&url, &group, instance_id.as_deref(), &spec.kafka)
+        .map_err(ConnectorError::from)?;
+    let tasks_total = member.partitions().map_err(ConnectorError::from)?.len() as u32;
+    let cadence = Cadence {
+        interval: opts.commit_interval,
+        records: opts.commit_records,
+    };
+    let mut tasks: BTreeMap<u32, Task> = BTreeMap::new();
+    // Assigned, not opened yet.
+    let mut opening: BTreeSet<u32> = BTreeSet::new();
+    let mut last_report = Instant::now();
+    let mut finished_once = Stats::default();
+    loop {
+        let stop = opts.stop.load(Ordering::Relaxed);
+        let wait = if opening.is_empty() && tasks.values().all(|t| t.finished) {
+            Duration::from_millis(100)
+        } else {
+            Duration::ZERO
+        };
+        for change in member.poll(wait) {
+            match change {
+                Assignment::Assigned(ps) => {
+                    info!(group, tasks = ?ps, "assigned");
+                    opening.extend(ps);
+                }
+                Assignment::Revoked(ps) => {
+                    info!(group, tasks = ?ps, "revoked: handing over");
+                    for p in ps {
+                        opening.remove(&p);
+                        let Some(mut t) = tasks.remove(&p) else {
+                            continue;
+                        };
+                        match t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
+                            Ok(()) => add(&mut finished_once, &t.pipeline.stats),
+                            Err(e) => warn!(task = p, "handing over: {e}"),
+                        }
+                    }
+                }
+            }
+        }
+        // One task opens per round (restoring takes a while), so the member
+        // keeps serving the group protocol and can give tasks back at once.
+        if !stop && let Some(p) = opening.pop_first() {
+            tasks.insert(p, Task::open(spec, p, tasks_total)?);
+        }
+        if stop {
+            for (p, t) in &mut tasks {
+                if let Err(e) = t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
+                    warn!(task = p, "stopping: {e}");
+                }
+                let _ = t.sink.close();
+            }
+            member.leave();
+            return Ok(RunEnd::Stopped);
+        }
+        let mut fenced = Vec::new();
+        for (&p, t) in tasks.iter_mut().filter(|(_, t)| !t.finished) {
+            match t
+                .runner
+                .turn(&mut t.pipeline, t.sink.as_mut(), cadence, false)
+            {
+                Ok(Some(_)) => {
+                    info!(task = p, "task finished its bounded input");
+                    t.finished = true;
+                }
+                Ok(None) => {}
+                Err(e) if is_fenced(&e) => {
+                    warn!(task = p, "another process took the task over: {e}");
+                    fenced.push(p);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        for p in fenced {
+            tasks.remove(&p);
+        }
+        // A bounded run ends when this member alone owns every task (the
+        // others are gone); otherwise it keeps its tasks, so they do not move
+        // and replay, until it is stopped.
+        if tasks.len() as u32 == tasks_total
+            && opening.is_empty()
+            && tasks.values().all(|t| t.finished)
+        {
+            for t in tasks.values_mut() {
+                let _ = t.sink.close();
+            }
+            report(&tasks, &finished_once, &mut opts);
+            member.leave();
+            return Ok(RunEnd::Finished);
+        }
+        if last_report.elapsed() >= opts.report_every {
+            report(&tasks, &finished_once, &mut opts);
+            last_report = Instant::now();
+        }
+    }
+}
+
+fn report(tasks: &BTreeMap<u32, Task>, handed_over: &Stats, opts: &mut RunOptions<'_>) {
+    let mut total = handed_over.clone();
+    for t in tasks.values() {
+        add(&mut total, &t.pipeline.stats);
+    }
+    // The slowest task's: what every closed window is older than.
+    total.watermark = tasks
+        .values()
+        .map(|t| t.pipeline.stats.watermark)
+        .min()
+        .unwrap_or(total.watermark);
+    (opts.report)(&total);
+}
