@@ -257,3 +257,41 @@ fn report(tasks: &BTreeMap<u32, Task>, handed_over: &Stats, opts: &mut RunOption
         .unwrap_or(total.watermark);
     (opts.report)(&total);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn plan(sql: &str) -> ubik_engine::QueryPlan {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new("amount", DataType::Float64, true),
+        ]));
+        crate::connect::plan(sql, &[("t".into(), schema)], Default::default()).unwrap()
+    }
+
+    fn by(cols: &[&str]) -> Vec<String> {
+        cols.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn a_stateful_task_needs_the_input_partitioned_by_its_key() {
+        let grouped = plan("SELECT merchant, count(*) AS n FROM t GROUP BY merchant");
+        let undeclared = check_partitioning(&grouped, &[]).unwrap_err().to_string();
+        assert!(undeclared.contains("--partitioned-by"), "{undeclared}");
+        assert!(check_partitioning(&grouped, &by(&["merchant"])).is_ok());
+        let other = check_partitioning(&grouped, &by(&["amount"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            other.contains("`amount` is not a column of the result key"),
+            "{other}"
+        );
+        // Stateless: any partitioning, or none, gives the same rows.
+        assert!(check_partitioning(&plan("SELECT * FROM t WHERE amount > 1"), &[]).is_ok());
+    }
+}
