@@ -26,6 +26,21 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print a query's result schema and changelog key without reading any row.
     Validate(Box<ValidateArgs>),
+    /// Show a consumer group's members, their tasks, and each task's last checkpoint.
+    Status(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The group (as given to `ubik run --group`).
+    #[arg(long)]
+    pub group: String,
+    /// The group's input topic: kafka://host:port/topic.
+    #[arg(long)]
+    pub from: String,
+    /// librdkafka property (repeatable).
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub kafka_property: Vec<String>,
 }
 
 #[derive(Args, Debug, Default)]

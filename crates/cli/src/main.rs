@@ -37,6 +37,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => settings::run_settings(*args).and_then(run),
         Command::Validate(args) => validate(*args),
+        Command::Status(args) => status(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,6 +171,21 @@ fn run(settings: RunSettings) -> Result<()> {
     if end == RunEnd::Stopped {
         tracing::info!("drained: output committed and checkpointed");
     }
+    Ok(())
+}
+
+fn status(args: args::StatusArgs) -> Result<()> {
+    let mut kafka = std::collections::BTreeMap::new();
+    for kv in &args.kafka_property {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
+        kafka.insert(k.to_string(), v.to_string());
+    }
+    print!(
+        "{}",
+        ubik_runtime::group::status(&args.from, &args.group, &kafka)?
+    );
     Ok(())
 }
 

@@ -1267,6 +1267,29 @@ fn a_consumer_group_shares_the_work_survives_a_kill_and_takes_a_new_member() {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+    // The status command sees the three living members and every task
+    // caught up (a finished task's last checkpoint is at the end offset).
+    let status = run(&[
+        "status",
+        "--group",
+        &group,
+        "--from",
+        &format!("kafka://{}/{input}", broker()),
+    ]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let text = stdout(&status);
+    assert!(text.contains(": Stable, 3 members, 6 tasks"), "{text}");
+    let tasks: Vec<Vec<&str>> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("task "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(tasks.len(), 6, "{text}");
+    for t in &tasks {
+        assert!(t[1] != "(unassigned)" && t[5] == "0", "task not owned or behind:\n{text}");
+    }
     for m in &mut members[1..] {
         // SIGTERM: each commits, checkpoints and leaves the group.
         let _ = std::process::Command::new("kill")

@@ -30,7 +30,14 @@ pub struct Replicated {
 /// - the idle log is saved before the idle decision it records takes
 ///   effect, so a takeover replays it at the same input positions.
 pub trait CheckpointReplica: Send {
-    fn save(&mut self, epoch: u64, files: &[(&str, &[u8])]) -> Result<(), ConnectorError>;
+    /// Saves checkpoint `epoch`; `summary` (positions, watermark, counters)
+    /// is kept readable without the files, for status reports.
+    fn save(
+        &mut self,
+        epoch: u64,
+        files: &[(&str, &[u8])],
+        summary: &serde_json::Value,
+    ) -> Result<(), ConnectorError>;
     /// Replaces the saved idle-close log.
     fn save_idle(&mut self, log: &[u8]) -> Result<(), ConnectorError>;
     fn load(&mut self) -> Result<Replicated, ConnectorError>;

@@ -39,6 +39,27 @@ pub fn partitions<C: rdkafka::consumer::ConsumerContext>(
     Ok((!ids.is_empty()).then_some(ids))
 }
 
+/// The end offset of each partition of `url`'s topic.
+pub fn end_offsets(
+    url: &KafkaUrl,
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Result<std::collections::BTreeMap<i32, i64>, Error> {
+    let consumer: BaseConsumer = url.client_config(properties).create()?;
+    let parts = partitions(&consumer, &url.topic)?
+        .ok_or_else(|| Error::Topic(format!("topic {} does not exist", url.topic)))?;
+    parts
+        .into_iter()
+        .map(|p| {
+            consumer
+                .fetch_watermarks(&url.topic, p, METADATA_TIMEOUT)
+                .map(|(_, high)| (p, high))
+                .map_err(|e| {
+                    Error::Transient(format!("cannot read offsets of {}/{p}: {e}", url.topic))
+                })
+        })
+        .collect()
+}
+
 /// Makes sure the output topic exists, creating it when allowed, with
 /// `default_cleanup` unless the URL names a policy.
 pub fn ensure_topic(

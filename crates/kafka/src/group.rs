@@ -97,6 +97,10 @@ impl GroupMember {
         if let Some(id) = instance_id {
             config.set("group.instance.id", id);
         }
+        // What `ubik status` shows for the member.
+        let client_id =
+            instance_id.map_or_else(|| format!("ubik-{}", std::process::id()), String::from);
+        config.set("client.id", client_id);
         let consumer: BaseConsumer<MemberContext> =
             config.create_with_context(MemberContext::default())?;
         consumer.subscribe(&[&url.topic])?;
@@ -137,5 +141,116 @@ impl GroupMember {
             let _ = self.consumer.poll(Duration::from_millis(50));
         }
         info!(group = %self.group, topic = %self.topic, "left the consumer group");
+    }
+}
+
+/// One member of a group, as the broker describes it.
+#[derive(Debug, Clone)]
+pub struct MemberStatus {
+    pub id: String,
+    pub client_id: String,
+    pub host: String,
+    /// Its partitions of the subscribed topic.
+    pub partitions: Vec<i32>,
+}
+
+/// A consumer group's state and members.
+#[derive(Debug, Clone)]
+pub struct GroupStatus {
+    pub state: String,
+    pub members: Vec<MemberStatus>,
+}
+
+/// Describes `group`: its state and each member's partitions of `url`'s topic.
+pub fn describe(
+    url: &KafkaUrl,
+    group: &str,
+    properties: &BTreeMap<String, String>,
+) -> Result<GroupStatus, Error> {
+    let consumer: BaseConsumer = url.client_config(properties).create()?;
+    let list = consumer
+        .fetch_group_list(Some(group), crate::admin::METADATA_TIMEOUT)
+        .map_err(|e| Error::Transient(format!("cannot describe group {group}: {e}")))?;
+    let Some(g) = list.groups().iter().find(|g| g.name() == group) else {
+        return Ok(GroupStatus {
+            state: "Dead".into(),
+            members: Vec::new(),
+        });
+    };
+    let members = g
+        .members()
+        .iter()
+        .map(|m| MemberStatus {
+            id: m.id().to_string(),
+            client_id: m.client_id().to_string(),
+            host: m.client_host().to_string(),
+            partitions: m
+                .assignment()
+                .map(|a| assigned_partitions(a, &url.topic))
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok(GroupStatus {
+        state: g.state().to_string(),
+        members,
+    })
+}
+
+/// The partitions of `topic` in a consumer-protocol assignment (version
+/// 0-3: int16 version, then [topic: string, partitions: [int32]], then
+/// user data). A malformed one yields what was read before the damage.
+fn assigned_partitions(bytes: &[u8], topic: &str) -> Vec<i32> {
+    let mut at = 2usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = bytes.get(at..at + n)?;
+        at += n;
+        Some(s)
+    };
+    let mut out = Vec::new();
+    let Some(topics) = take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+        return out;
+    };
+    for _ in 0..topics.max(0) {
+        let Some(len) = take(2).map(|b| i16::from_be_bytes([b[0], b[1]]) as usize) else {
+            break;
+        };
+        let Some(name) = take(len).map(|b| b == topic.as_bytes()) else {
+            break;
+        };
+        let Some(count) = take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+            break;
+        };
+        for _ in 0..count.max(0) {
+            let Some(p) = take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+                break;
+            };
+            if name {
+                out.push(p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assignment_names_its_partitions() {
+        let mut b = vec![0, 1, 0, 0, 0, 2];
+        for (topic, parts) in [("other", vec![9i32]), ("orders", vec![4, 1])] {
+            b.extend((topic.len() as i16).to_be_bytes());
+            b.extend(topic.as_bytes());
+            b.extend((parts.len() as i32).to_be_bytes());
+            for p in parts {
+                b.extend(p.to_be_bytes());
+            }
+        }
+        b.extend([0, 0, 0, 0]);
+        assert_eq!(assigned_partitions(&b, "orders"), vec![1, 4]);
+        // Cut inside the last partition: what came before it.
+        assert_eq!(assigned_partitions(&b[..b.len() - 6], "orders"), vec![4]);
     }
 }

@@ -28,7 +28,7 @@ pub mod state;
 pub use config::{EmitMode, KafkaUrl};
 pub use dead_letters::KafkaDeadLetters;
 pub use error::Error;
-pub use group::{Assignment, GroupMember};
+pub use group::{Assignment, GroupMember, GroupStatus, MemberStatus};
 pub use sink::KafkaSink;
 pub use source::KafkaSource;
 pub use state::StateTopic;

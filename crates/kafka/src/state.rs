@@ -4,7 +4,7 @@
 //! Records of task `T`, all on partition `T % partitions`:
 //!
 //! ```text
-//! key "T"                      manifest: {"epoch", "writer", "files": [{"name", "len", "chunks"}]}
+//! key "T"                      manifest: {"epoch", "writer", "files": [{"name", "len", "chunks"}], "summary"}
 //! key "T/WRITER/EPOCH/FILE/I"  chunk I of FILE (at most CHUNK bytes)
 //! key "T/idle"                 the idle-close log
 //! ```
@@ -176,6 +176,66 @@ impl StateTopic {
     }
 }
 
+/// The summary of every task's latest checkpoint on a state topic (for
+/// `ubik status`): task -> the summary its runtime saved.
+pub fn summaries(
+    bootstrap: &str,
+    topic: &str,
+    properties: &BTreeMap<String, String>,
+) -> Result<BTreeMap<u32, serde_json::Value>, Error> {
+    let url = KafkaUrl::parse(&format!("kafka://{bootstrap}/{topic}"))?;
+    let mut config = url.client_config(properties);
+    config
+        .set("group.id", format!("{topic}-status"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true");
+    let consumer: BaseConsumer = config.create()?;
+    let Some(parts) = crate::admin::partitions(&consumer, topic)? else {
+        return Ok(BTreeMap::new());
+    };
+    let mut tpl = TopicPartitionList::new();
+    let mut open = 0;
+    for p in parts {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+            .map_err(|e| Error::Transient(format!("reading {topic}: {e}")))?;
+        if high > low {
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
+            open += 1;
+        }
+    }
+    let mut out = BTreeMap::new();
+    if open == 0 {
+        return Ok(out);
+    }
+    consumer.assign(&tpl)?;
+    let mut ended = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ended < open && std::time::Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(m)) => {
+                let Some(task) = m
+                    .key()
+                    .and_then(|k| std::str::from_utf8(k).ok())
+                    .and_then(|k| k.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if let Some(v) = m
+                    .payload()
+                    .and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+                {
+                    out.insert(task, v["summary"].clone());
+                }
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => ended += 1,
+            Some(Err(e)) => return Err(Error::Transient(format!("reading {topic}: {e}"))),
+            None => {}
+        }
+    }
+    Ok(out)
+}
+
 fn bad(topic: &str, task: u32, what: impl std::fmt::Display) -> ConnectorError {
     ConnectorError::Fatal(format!(
         "the checkpoint of task {task} on state topic {topic} is damaged: {what}"
@@ -183,7 +243,12 @@ fn bad(topic: &str, task: u32, what: impl std::fmt::Display) -> ConnectorError {
 }
 
 impl CheckpointReplica for StateTopic {
-    fn save(&mut self, epoch: u64, files: &[(&str, &[u8])]) -> Result<(), ConnectorError> {
+    fn save(
+        &mut self,
+        epoch: u64,
+        files: &[(&str, &[u8])],
+        summary: &serde_json::Value,
+    ) -> Result<(), ConnectorError> {
         let mut keys = Vec::new();
         let mut listed = Vec::new();
         for (name, bytes) in files {
@@ -199,7 +264,8 @@ impl CheckpointReplica for StateTopic {
             }
             listed.push(json!({"name": name, "len": bytes.len(), "chunks": pieces.len()}));
         }
-        let manifest = json!({"epoch": epoch, "writer": self.writer, "files": listed});
+        let manifest =
+            json!({"epoch": epoch, "writer": self.writer, "files": listed, "summary": summary});
         self.put(
             &self.task.to_string(),
             Some(manifest.to_string().as_bytes()),

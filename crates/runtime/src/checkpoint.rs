@@ -50,6 +50,13 @@ pub struct Manifest {
     /// Engine state bytes (for reporting).
     pub state_bytes: u64,
     pub state_keys: u64,
+    /// The pipeline watermark (µs) at the checkpoint (for reporting).
+    #[serde(default = "no_watermark")]
+    pub watermark: i64,
+}
+
+fn no_watermark() -> i64 {
+    i64::MIN
 }
 
 pub struct CheckpointStore {
@@ -216,7 +223,16 @@ impl CheckpointStore {
         files.push(("manifest.json", &json));
         self.install(manifest.epoch, &files)?;
         if let Some(replica) = &mut self.replica {
-            replica.save(manifest.epoch, &files)?;
+            let summary = serde_json::json!({
+                "epoch": manifest.epoch,
+                "source": manifest.source,
+                "emitted": manifest.emitted,
+                "created_ms": manifest.created_ms,
+                "state_bytes": manifest.state_bytes,
+                "state_keys": manifest.state_keys,
+                "watermark": manifest.watermark,
+            });
+            replica.save(manifest.epoch, &files, &summary)?;
         }
         Ok(())
     }

@@ -258,6 +258,87 @@ fn report(tasks: &BTreeMap<u32, Task>, handed_over: &Stats, opts: &mut RunOption
     (opts.report)(&total);
 }
 
+/// `ubik status --group NAME`: the group's members and their tasks, and
+/// each task's last replicated checkpoint (epoch, position, lag behind the
+/// input's end, watermark, state), as a text table.
+pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Result<String> {
+    use std::fmt::Write;
+    let url = KafkaUrl::parse(input).map_err(ConnectorError::from)?;
+    let described =
+        ubik_kafka::group::describe(&url, group, kafka).map_err(ConnectorError::from)?;
+    let summaries =
+        ubik_kafka::state::summaries(&url.bootstrap, &crate::connect::state_topic(group), kafka)
+            .map_err(ConnectorError::from)?;
+    let ends = ubik_kafka::admin::end_offsets(&url, kafka).map_err(ConnectorError::from)?;
+    let mut owner: BTreeMap<i32, String> = BTreeMap::new();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "group {group} on {}: {}, {} members, {} tasks",
+        url.display(),
+        described.state,
+        described.members.len(),
+        ends.len()
+    );
+    let _ = writeln!(out, "\n{:<24} {:<20} tasks", "member", "host");
+    for m in &described.members {
+        for &p in &m.partitions {
+            owner.insert(p, m.client_id.clone());
+        }
+        let tasks: Vec<String> = m.partitions.iter().map(|p| p.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "{:<24} {:<20} {}",
+            m.client_id,
+            m.host,
+            tasks.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
+        "task", "owner", "epoch", "position", "end", "lag", "watermark", "keys", "age"
+    );
+    let now = ubik_connector::time::now_ms();
+    for (&p, &end) in &ends {
+        let s = summaries.get(&(p as u32));
+        let position = s
+            .and_then(|s| s["source"]["next"][p.to_string()].as_i64())
+            .or_else(|| s.and_then(|s| s["source"][&url.topic]["next"][p.to_string()].as_i64()));
+        let watermark = s
+            .and_then(|s| s["watermark"].as_i64())
+            .map_or("-".into(), |w| {
+                if w == i64::MIN {
+                    "-".into()
+                } else {
+                    let mut t = Vec::new();
+                    ubik_engine::time::write_rfc3339_micros(&mut t, w);
+                    String::from_utf8_lossy(&t).into_owned()
+                }
+            });
+        let field = |name: &str| s.and_then(|s| s[name].as_i64());
+        let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
+            p,
+            owner.get(&p).map_or("(unassigned)", String::as_str),
+            dash(field("epoch")),
+            dash(position),
+            end,
+            dash(position.map(|at| (end - at).max(0))),
+            watermark,
+            dash(field("state_keys")),
+            field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n(position, lag, watermark and keys as of each task's last checkpoint)"
+    );
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

@@ -920,6 +920,7 @@ impl Pipeline {
                 .unwrap_or(0),
             state_bytes: state.len() as u64,
             state_keys: self.query.state_keys() as u64,
+            watermark: self.query.watermark(),
         };
         let Some(store) = self.store.as_mut() else {
             return Ok(());
