@@ -1,7 +1,8 @@
 //! The broker's own rate, the peer of the Kafka -> ubik -> Kafka benchmark:
 //!
-//! - `kafka-load BROKER TOPIC FILE.jsonl PARTITIONS`: creates TOPIC and
-//!   produces one message per line (no key: spread over the partitions).
+//! - `kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD]`: creates
+//!   TOPIC and produces one message per line, without a key (spread over the
+//!   partitions) or keyed by the line's KEY_FIELD (partitioned by it).
 //! - `kafka-copy BROKER IN OUT`: consumes IN from the start to the end
 //!   offsets taken when it starts and produces every message, same key and
 //!   value, to OUT with ubik's producer settings (idempotent, acks=all,
@@ -57,7 +58,13 @@ fn send(p: &BaseProducer, topic: &str, key: Option<&[u8]>, value: &[u8]) -> Resu
     }
 }
 
-pub fn load(broker: &str, topic: &str, path: &str, partitions: i32) -> Result<()> {
+pub fn load(
+    broker: &str,
+    topic: &str,
+    path: &str,
+    partitions: i32,
+    key_field: Option<&str>,
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .create()?;
@@ -70,7 +77,24 @@ pub fn load(broker: &str, topic: &str, path: &str, partitions: i32) -> Result<()
     let f = std::fs::File::open(path).with_context(|| format!("open {path}"))?;
     let mut n = 0u64;
     for line in std::io::BufReader::with_capacity(1 << 20, f).lines() {
-        send(&p, topic, None, line?.as_bytes())?;
+        let line = line?;
+        let key = match key_field {
+            None => None,
+            Some(f) => {
+                let v: serde_json::Value = serde_json::from_str(&line)
+                    .with_context(|| format!("line {} is not JSON", n + 1))?;
+                Some(match &v[f] {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+            }
+        };
+        send(
+            &p,
+            topic,
+            key.as_deref().map(str::as_bytes),
+            line.as_bytes(),
+        )?;
         n += 1;
     }
     p.flush(Duration::from_secs(120))?;

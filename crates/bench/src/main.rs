@@ -163,12 +163,15 @@ fn main() -> Result<()> {
             nexmark::run(sql, events.parse()?, join_retention_ms.parse()?)
         }
         ["kafka-load", broker, topic, path, partitions] => {
-            kafka::load(broker, topic, path, partitions.parse()?)
+            kafka::load(broker, topic, path, partitions.parse()?, None)
+        }
+        ["kafka-load", broker, topic, path, partitions, key_field] => {
+            kafka::load(broker, topic, path, partitions.parse()?, Some(key_field))
         }
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
         ),
     }
 }

@@ -1288,7 +1288,10 @@ fn a_consumer_group_shares_the_work_survives_a_kill_and_takes_a_new_member() {
         .collect();
     assert_eq!(tasks.len(), 6, "{text}");
     for t in &tasks {
-        assert!(t[1] != "(unassigned)" && t[5] == "0", "task not owned or behind:\n{text}");
+        assert!(
+            t[1] != "(unassigned)" && t[5] == "0",
+            "task not owned or behind:\n{text}"
+        );
     }
     for m in &mut members[1..] {
         // SIGTERM: each commits, checkpoints and leaves the group.
