@@ -9,6 +9,9 @@ pub struct SinkRecord<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub timestamp_ms: Option<i64>,
+    /// The partition to write to, when the writer routes records itself
+    /// (a repartition step); `None`: by the key.
+    pub partition: Option<u32>,
 }
 
 /// A destination for changelog records.

@@ -13,6 +13,7 @@ pub mod operator;
 pub mod plan;
 pub mod progress;
 pub mod query;
+pub mod shuffle;
 pub mod sql;
 pub mod state;
 pub mod time;

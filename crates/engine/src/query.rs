@@ -36,6 +36,8 @@ pub struct Query {
     progress: Progress,
     /// The global watermark the operator was last fired with.
     fired: i64,
+    /// A first stage: rows are routed, not aggregated.
+    shuffle: Option<crate::shuffle::Shuffler>,
 }
 
 impl Query {
@@ -97,6 +99,7 @@ impl Query {
             join,
             progress: Progress::new(lateness),
             fired: MIN_TIME,
+            shuffle: None,
         })
     }
 
@@ -109,6 +112,64 @@ impl Query {
     /// Partitions are numbered by [`crate::progress::partition_id`].
     pub fn add_partition(&mut self, partition: u32) {
         self.progress.partition(partition);
+    }
+
+    /// Makes this query the first stage of a repartitioned run: each fed
+    /// row is stamped (and checked) as usual, then routed to one of
+    /// `partitions` target partitions by its key ([`Output::shuffled`])
+    /// instead of aggregated. The second stage feeds the rows of one target
+    /// with [`Self::process_given`].
+    pub fn set_shuffle(&mut self, partitions: u32) -> Result<()> {
+        self.shuffle = Some(crate::shuffle::Shuffler::new(&self.plan, partitions)?);
+        Ok(())
+    }
+
+    /// Feeds rows of `partition` a first stage stamped: each row's event
+    /// time (or ordinal) and its stamp (its source partition's watermark
+    /// just before it) are given, so lateness is judged as the source
+    /// partition judged it. The rows passed the first stage's `WHERE`.
+    pub fn process_given(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        times: Vec<i64>,
+        stamps: Vec<i64>,
+        out: &mut Output,
+    ) -> Result<()> {
+        let source = source_of(partition);
+        self.check_schema(source, batch)?;
+        let n = batch.num_rows();
+        if times.len() != n || stamps.len() != n {
+            return Err(EngineError::internal(
+                "given times and stamps do not match the rows",
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let p = self.progress.partition(partition);
+        if let Some(&t) = times.iter().max() {
+            p.max_time = p.max_time.max(t);
+        }
+        if let Some(&w) = stamps.iter().max() {
+            p.pushed = p.pushed.max(w);
+        }
+        p.rows += n as u64;
+        let operator = self
+            .operator
+            .as_mut()
+            .ok_or_else(|| EngineError::internal("a pass-through query has no second stage"))?;
+        operator.process_batch(
+            StampedBatch {
+                partition,
+                batch: batch.clone(),
+                times,
+                stamps,
+                origin: (0..n as u32).collect(),
+            },
+            out,
+        )?;
+        self.fire(out)
     }
 
     /// The global watermark (µs, or rows for queries without event time).
@@ -148,10 +209,24 @@ impl Query {
                     out,
                 )?;
                 if let Some(stamped) = stamped {
+                    if let Some(shuffle) = &self.shuffle {
+                        let targets = shuffle.targets(&stamped.batch)?;
+                        out.shuffled.push(crate::shuffle::Shuffled {
+                            partition,
+                            rows: stamped.origin,
+                            times: stamped.times,
+                            stamps: stamped.stamps,
+                            targets,
+                        });
+                        return Ok(());
+                    }
                     self.operator
                         .as_mut()
                         .expect("stateful operator")
                         .process_batch(stamped, out)?;
+                }
+                if self.shuffle.is_some() {
+                    return Ok(());
                 }
                 self.fire(out)
             }

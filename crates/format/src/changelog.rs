@@ -112,6 +112,7 @@ impl ChangelogEncoder {
                 key: self.keyed.then_some(self.key.as_slice()),
                 value: (!tombstone).then_some(self.value.as_slice()),
                 timestamp_ms,
+                partition: None,
             };
             if let Err(e) = emit(record) {
                 return Ok(Err(e));

@@ -112,3 +112,83 @@ pub fn ensure_topic(
         url.topic
     )))
 }
+
+/// Makes sure a group's repartition topic exists with `partitions`
+/// partitions and keeps records until they are consumed: created with
+/// `retention.ms=-1` (the second stage deletes what its checkpoints cover);
+/// a pre-created one with a time or size retention, another partition count
+/// or compaction is refused.
+pub fn ensure_repartition_topic(
+    bootstrap: &str,
+    topic: &str,
+    count: i32,
+    properties: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let url = KafkaUrl::parse(&format!(
+        "kafka://{bootstrap}/{topic}?partitions={count}&cleanup=delete"
+    ))?;
+    let config = url.client_config(properties);
+    let probe: BaseConsumer = config.create()?;
+    let existing = partitions(&probe, topic)?;
+    let parts = match existing {
+        Some(p) => p,
+        None => {
+            let admin: AdminClient<DefaultClientContext> = config.create()?;
+            let new = NewTopic::new(topic, count, TopicReplication::Fixed(1))
+                .set("cleanup.policy", "delete")
+                .set("retention.ms", "-1")
+                .set("retention.bytes", "-1");
+            let results =
+                futures_executor::block_on(admin.create_topics(&[new], &AdminOptions::new()))
+                    .map_err(|e| Error::Topic(format!("cannot create topic {topic}: {e}")))?;
+            for r in results {
+                if let Err((name, code)) = r
+                    && code != RDKafkaErrorCode::TopicAlreadyExists
+                {
+                    return Err(Error::Topic(format!(
+                        "the repartition topic {name} could not be created: {code} (create it with {count} partitions and retention.ms=-1, or give the principal CreateTopics rights)"
+                    )));
+                }
+            }
+            let mut found = None;
+            for _ in 0..50 {
+                if let Some(p) = partitions(&probe, topic)? {
+                    found = Some(p);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            found.ok_or_else(|| {
+                Error::Topic(format!(
+                    "topic {topic} was created but does not appear in metadata"
+                ))
+            })?
+        }
+    };
+    if parts.len() != count as usize {
+        return Err(Error::Topic(format!(
+            "the repartition topic {topic} has {} partitions, the input {count}: delete it (it is internal to the group) or give the group another name",
+            parts.len()
+        )));
+    }
+    let values = crate::retention::topic_config(
+        &config,
+        topic,
+        &["cleanup.policy", "retention.ms", "retention.bytes"],
+    )?;
+    let policy = values[0].clone().unwrap_or_else(|| "delete".into());
+    let ms: i64 = values[1]
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1);
+    let bytes: i64 = values[2]
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1);
+    if policy.contains("compact") || ms >= 0 || bytes >= 0 {
+        return Err(Error::Topic(format!(
+            "the repartition topic {topic} has cleanup.policy={policy}, retention.ms={ms}, retention.bytes={bytes}: the broker could delete rows before the second stage reads them; set cleanup.policy=delete, retention.ms=-1 and retention.bytes=-1 (ubik deletes what its checkpoints cover)"
+        )));
+    }
+    Ok(())
+}

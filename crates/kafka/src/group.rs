@@ -24,8 +24,9 @@ use crate::error::Error;
 /// A change of the partitions this member owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Assignment {
-    Assigned(Vec<u32>),
-    Revoked(Vec<u32>),
+    /// (topic, partition) pairs.
+    Assigned(Vec<(String, u32)>),
+    Revoked(Vec<(String, u32)>),
 }
 
 /// Collects rebalance events for the run loop, and pauses what it is given.
@@ -34,11 +35,11 @@ pub struct MemberContext {
     events: Mutex<Vec<Assignment>>,
 }
 
-fn partitions_of(tpl: &TopicPartitionList) -> Vec<u32> {
-    let mut ps: Vec<u32> = tpl
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
+    let mut ps: Vec<(String, u32)> = tpl
         .elements()
         .iter()
-        .map(|e| e.partition() as u32)
+        .map(|e| (e.topic().to_string(), e.partition() as u32))
         .collect();
     ps.sort_unstable();
     ps
@@ -79,9 +80,10 @@ pub struct GroupMember {
 }
 
 impl GroupMember {
-    /// Joins `group` for `url`'s topic.
+    /// Joins `group` for `url`'s topic and `also` (a repartition topic).
     pub fn join(
         url: &KafkaUrl,
+        also: &[String],
         group: &str,
         instance_id: Option<&str>,
         properties: &BTreeMap<String, String>,
@@ -103,7 +105,9 @@ impl GroupMember {
         config.set("client.id", client_id);
         let consumer: BaseConsumer<MemberContext> =
             config.create_with_context(MemberContext::default())?;
-        consumer.subscribe(&[&url.topic])?;
+        let mut topics = vec![url.topic.as_str()];
+        topics.extend(also.iter().map(String::as_str));
+        consumer.subscribe(&topics)?;
         info!(group, topic = %url.topic, instance = ?instance_id, "joining the consumer group");
         Ok(Self {
             consumer,

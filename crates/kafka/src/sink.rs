@@ -225,6 +225,9 @@ impl Sink for KafkaSink {
         if let Some(ts) = record.timestamp_ms {
             r = r.timestamp(ts);
         }
+        if let Some(p) = record.partition {
+            r = r.partition(p as i32);
+        }
         send(&self.producer, r).map_err(|e| match e {
             Error::Fenced(m) => ConnectorError::Fenced(self.fenced_message(m)),
             other => other.into(),

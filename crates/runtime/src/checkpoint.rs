@@ -44,6 +44,10 @@ pub struct Manifest {
     pub source: serde_json::Value,
     /// Records consumed per partition (positions of idle-close decisions).
     pub consumed: std::collections::BTreeMap<u32, u64>,
+    /// A second stage: the next source offset expected per source
+    /// partition (rows before it were aggregated: a replay's copies go).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub shuffle_next: std::collections::BTreeMap<u32, u64>,
     /// Changelog records emitted before this checkpoint.
     pub emitted: u64,
     pub created_ms: i64,

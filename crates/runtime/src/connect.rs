@@ -19,7 +19,7 @@ use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 use crate::checkpoint::{CheckpointStore, fingerprint};
 use crate::dead_letter::StderrDeadLetters;
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Stage};
 use crate::spec::{DeadLetterSpec, Endpoint, PipelineSpec, SinkSpec, SourceSpec};
 
 /// A source ready to read: its SQL table, schema and decoder.
@@ -197,7 +197,7 @@ fn open_sink(
     emit: EmitMode,
     kafka: &BTreeMap<String, String>,
     pipeline: &Pipeline,
-    task: Option<(&str, u32)>,
+    task: Option<(&str, &str)>,
 ) -> Result<Box<dyn Sink>> {
     Ok(match spec {
         SinkSpec::Stdout => Box::new(StdoutSink::default()),
@@ -225,13 +225,14 @@ fn open_sink(
 /// Opens the pipeline's sources and dead-letter output, plans the query and
 /// resumes from the checkpoint, if any. The sink is the caller's (a host).
 pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
-    open_pipeline_replicated(spec, None)
+    open_pipeline_replicated(spec, None, Stage::Whole)
 }
 
-/// [`open_pipeline`], its checkpoints also saved to `replica`.
+/// [`open_pipeline`], its checkpoints also saved to `replica`, as `stage`.
 fn open_pipeline_replicated(
     spec: PipelineSpec,
     replica: Option<Box<dyn ubik_connector::CheckpointReplica>>,
+    stage: Stage,
 ) -> Result<Pipeline> {
     let PipelineSpec {
         sql,
@@ -256,7 +257,7 @@ fn open_pipeline_replicated(
             Some(CheckpointStore::open(dir, settings.keep_checkpoints)?.with_replica(r)?)
         }
     };
-    Pipeline::with_store(&sql, opened, &settings, store, dead_letters)
+    Pipeline::with_store(&sql, opened, &settings, store, dead_letters, stage)
 }
 
 /// The compacted topic a group's task checkpoints are replicated to.
@@ -264,12 +265,49 @@ pub fn state_topic(group: &str) -> String {
     format!("{group}-ubik-checkpoints")
 }
 
-/// Opens task `task` of a consumer group's pipeline (`spec` is the whole
-/// pipeline's): partition `task` of its sources, its checkpoints replicated
-/// to the group's state topic (one partition per task, `tasks` in all), and
-/// a sink whose transactional id names the task, so that a new owner fences
-/// the old one.
-pub fn open_task(spec: &PipelineSpec, task: u32, tasks: u32) -> Result<Opened> {
+/// The topic a group's first stages route rows through, by key.
+pub fn repartition_topic(group: &str) -> String {
+    format!("{group}-ubik-repartition")
+}
+
+/// A task of a consumer group's pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TaskKind {
+    /// The whole query over partition `p` of an input partitioned by its key.
+    Whole(u32),
+    /// The first stage over input partition `p`: route rows by key.
+    Shuffle(u32),
+    /// The query over partition `r` of the repartition topic.
+    Keyed(u32),
+}
+
+impl TaskKind {
+    /// Its number on the state topic: first stages after the others.
+    fn state_id(self, partitions: u32) -> u32 {
+        match self {
+            TaskKind::Whole(p) | TaskKind::Keyed(p) => p,
+            TaskKind::Shuffle(p) => partitions + p,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskKind::Whole(p) => write!(f, "{p}"),
+            TaskKind::Shuffle(p) => write!(f, "shuffle-{p}"),
+            TaskKind::Keyed(p) => write!(f, "keyed-{p}"),
+        }
+    }
+}
+
+/// Opens a task of a consumer group's pipeline (`spec` is the whole
+/// pipeline's, its input topic having `partitions` partitions): the task's
+/// partition of its source, its checkpoints replicated to the group's state
+/// topic, and a sink whose transactional id names the task, so that a new
+/// owner fences the old one. A first stage writes to the repartition topic;
+/// a keyed task reads from it.
+pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result<Opened> {
     let group = spec
         .group
         .clone()
@@ -282,25 +320,64 @@ pub fn open_task(spec: &PipelineSpec, task: u32, tasks: u32) -> Result<Opened> {
     let bootstrap = ubik_kafka::KafkaUrl::parse(url)
         .map_err(ConnectorError::from)?
         .bootstrap;
+    let repartitioned = !matches!(task, TaskKind::Whole(_));
     let replica = ubik_kafka::StateTopic::open(
         &bootstrap,
         &state_topic(&group.name),
-        tasks as i32,
-        task,
+        (partitions * if repartitioned { 2 } else { 1 }) as i32,
+        task.state_id(partitions),
         &spec.kafka,
     )
     .map_err(ConnectorError::from)?;
-    let task_spec = spec.for_task(task)?;
+    let (p, stage) = match task {
+        TaskKind::Whole(p) => (p, Stage::Whole),
+        TaskKind::Shuffle(p) => (p, Stage::Shuffle { partitions }),
+        TaskKind::Keyed(r) => (
+            r,
+            Stage::Shuffled {
+                upstream: partitions,
+            },
+        ),
+    };
+    let mut task_spec = spec.for_task(p)?;
+    task_spec.checkpoint = spec
+        .checkpoint
+        .as_ref()
+        .map(|d| d.join(format!("task-{task}")));
+    let repartition_url = format!("kafka://{bootstrap}/{}", repartition_topic(&group.name));
+    match task {
+        TaskKind::Whole(_) => {}
+        TaskKind::Shuffle(_) => task_spec.sink = SinkSpec::Kafka(repartition_url),
+        TaskKind::Keyed(r) => {
+            let source = &mut task_spec.sources[0];
+            if source.schema.is_none() {
+                return Err(RuntimeError::Config(
+                    "a repartitioned group reads its rows back from the repartition topic, so the input schema must be declared (--schema)".into(),
+                ));
+            }
+            source.table = Some(table_name(
+                source.table.as_deref(),
+                Some(&source.endpoint),
+                &spec.sql,
+                "input",
+            ));
+            source.endpoint = Endpoint::Kafka(format!("{repartition_url}?assign={r}"));
+        }
+    }
     let emit = task_spec.settings.emit;
     let sink_spec = task_spec.sink.clone();
     let kafka = task_spec.kafka.clone();
-    let pipeline = open_pipeline_replicated(task_spec, Some(Box::new(replica)))?;
+    let pipeline = open_pipeline_replicated(task_spec, Some(Box::new(replica)), stage)?;
+    let id = match task {
+        TaskKind::Whole(p) | TaskKind::Keyed(p) => p.to_string(),
+        TaskKind::Shuffle(p) => format!("s{p}"),
+    };
     let sink = open_sink(
         &sink_spec,
         emit,
         &kafka,
         &pipeline,
-        Some((&group.name, task)),
+        Some((&group.name, &id)),
     )?;
     Ok(Opened { pipeline, sink })
 }

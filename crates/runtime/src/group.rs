@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use ubik_connector::{ConnectorError, Sink};
 use ubik_kafka::{Assignment, GroupMember, KafkaUrl};
 
-use crate::connect::{Opened, open_task};
+use crate::connect::{Opened, TaskKind, open_task, repartition_topic};
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Stats};
 use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
@@ -44,18 +44,12 @@ struct Task {
 }
 
 impl Task {
-    fn open(spec: &PipelineSpec, task: u32, tasks: u32) -> Result<Self> {
+    fn open(spec: &PipelineSpec, kind: TaskKind, partitions: u32) -> Result<Self> {
         let started = Instant::now();
-        let Opened { mut pipeline, sink } = open_task(spec, task, tasks)?;
-        let partitioned_by = spec
-            .group
-            .as_ref()
-            .map(|g| g.partitioned_by.as_slice())
-            .unwrap_or_default();
-        check_partitioning(pipeline.plan(), partitioned_by)?;
+        let Opened { mut pipeline, sink } = open_task(spec, kind, partitions)?;
         pipeline.set_poll_timeout(TASK_POLL);
         info!(
-            task,
+            task = %kind,
             epoch = pipeline.epoch(),
             ms = started.elapsed().as_millis() as u64,
             "task started"
@@ -67,6 +61,16 @@ impl Task {
             finished: false,
         })
     }
+}
+
+/// How a group splits the query into tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The input is partitioned by the result key: one task per partition.
+    Partitioned,
+    /// A first stage per input partition routes rows by key through the
+    /// repartition topic; a keyed task per repartition partition aggregates.
+    Repartitioned,
 }
 
 /// Checks what a group can run before anything opens.
@@ -94,24 +98,30 @@ fn check(spec: &PipelineSpec) -> Result<(String, Option<String>, KafkaUrl)> {
     Ok((group.name, group.instance_id, url))
 }
 
-/// The key columns a partitioning must be among: a task computes a result
-/// key alone only if all its rows are in the task's partition.
-pub fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<()> {
+/// How the group runs `plan` given the declared input partitioning: a
+/// stateful query needs all rows of a result key in one task, so without a
+/// declaration its rows are repartitioned by key; a declaration must name
+/// result key columns.
+fn mode(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<Mode> {
     let stateful = plan.is_keyed() || plan.join.is_some();
     if !stateful {
-        return Ok(());
+        return Ok(Mode::Partitioned);
     }
     if partitioned_by.is_empty() {
-        return Err(RuntimeError::Config(format!(
-            "in a consumer group each task aggregates one input partition, so all rows of a result key must be in one partition; declare the input's partitioning with --partitioned-by COLUMN[,COLUMN] (records with equal values there are in one partition, e.g. keyed by them with Kafka's default partitioner), naming columns of the result key ({}); an internal repartition topic for other inputs is not built yet",
-            plan.key_names().join(", ")
-        )));
+        return Ok(Mode::Repartitioned);
     }
+    check_partitioning(plan, partitioned_by)?;
+    Ok(Mode::Partitioned)
+}
+
+/// A declared partitioning must be by result key columns: only then does
+/// one task see every row of a key.
+pub fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<()> {
     if plan.is_keyed() {
         let keys = plan.key_names();
         if let Some(c) = partitioned_by.iter().find(|c| !keys.contains(&c.as_str())) {
             return Err(RuntimeError::Config(format!(
-                "--partitioned-by {c}: `{c}` is not a column of the result key ({}), so rows of one key can be in several partitions and no task would see them all",
+                "--partitioned-by {c}: `{c}` is not a column of the result key ({}), so rows of one key can be in several partitions and no task would see them all; leave --partitioned-by out to repartition by key",
                 keys.join(", ")
             )));
         }
@@ -147,16 +157,56 @@ fn is_fenced(e: &RuntimeError) -> bool {
 /// bounded input, until it owns every task and all have finished.
 pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd> {
     let (group, instance_id, url) = check(spec)?;
-    let member = GroupMember::join(&url, &group, instance_id.as_deref(), &spec.kafka)
+    let plan = crate::connect::validate(spec.for_task(0)?)?;
+    let partitioned_by = spec
+        .group
+        .as_ref()
+        .map(|g| g.partitioned_by.clone())
+        .unwrap_or_default();
+    let mode = mode(&plan, &partitioned_by)?;
+    let partitions = ubik_kafka::admin::end_offsets(&url, &spec.kafka)
+        .map_err(ConnectorError::from)?
+        .len() as u32;
+    let repartition = repartition_topic(&group);
+    let also = match mode {
+        Mode::Partitioned => Vec::new(),
+        Mode::Repartitioned => {
+            // Refuse what a key routing cannot split before joining.
+            ubik_engine::shuffle::Shuffler::new(&plan, partitions)?;
+            ubik_kafka::admin::ensure_repartition_topic(
+                &url.bootstrap,
+                &repartition,
+                partitions as i32,
+                &spec.kafka,
+            )
+            .map_err(ConnectorError::from)?;
+            info!(
+                group,
+                topic = repartition,
+                "repartitioning by the result key"
+            );
+            vec![repartition.clone()]
+        }
+    };
+    let member = GroupMember::join(&url, &also, &group, instance_id.as_deref(), &spec.kafka)
         .map_err(ConnectorError::from)?;
-    let tasks_total = member.partitions().map_err(ConnectorError::from)?.len() as u32;
+    let kind_of = |topic: &str, p: u32| match mode {
+        Mode::Partitioned => TaskKind::Whole(p),
+        Mode::Repartitioned if topic == url.topic => TaskKind::Shuffle(p),
+        Mode::Repartitioned => TaskKind::Keyed(p),
+    };
+    // The input's and, repartitioned, the repartition topic's partitions.
+    let tasks_total = match mode {
+        Mode::Partitioned => partitions,
+        Mode::Repartitioned => 2 * partitions,
+    };
     let cadence = Cadence {
         interval: opts.commit_interval,
         records: opts.commit_records,
     };
-    let mut tasks: BTreeMap<u32, Task> = BTreeMap::new();
+    let mut tasks: BTreeMap<TaskKind, Task> = BTreeMap::new();
     // Assigned, not opened yet.
-    let mut opening: BTreeSet<u32> = BTreeSet::new();
+    let mut opening: BTreeSet<TaskKind> = BTreeSet::new();
     let mut last_report = Instant::now();
     let mut finished_once = Stats::default();
     loop {
@@ -169,19 +219,21 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         for change in member.poll(wait) {
             match change {
                 Assignment::Assigned(ps) => {
-                    info!(group, tasks = ?ps, "assigned");
-                    opening.extend(ps);
+                    let kinds: Vec<TaskKind> = ps.iter().map(|(t, p)| kind_of(t, *p)).collect();
+                    info!(group, tasks = ?kinds, "assigned");
+                    opening.extend(kinds);
                 }
                 Assignment::Revoked(ps) => {
-                    info!(group, tasks = ?ps, "revoked: handing over");
-                    for p in ps {
+                    let kinds: Vec<TaskKind> = ps.iter().map(|(t, p)| kind_of(t, *p)).collect();
+                    info!(group, tasks = ?kinds, "revoked: handing over");
+                    for p in kinds {
                         opening.remove(&p);
                         let Some(mut t) = tasks.remove(&p) else {
                             continue;
                         };
                         match t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
                             Ok(()) => add(&mut finished_once, &t.pipeline.stats),
-                            Err(e) => warn!(task = p, "handing over: {e}"),
+                            Err(e) => warn!(task = %p, "handing over: {e}"),
                         }
                     }
                 }
@@ -190,12 +242,12 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // One task opens per round (restoring takes a while), so the member
         // keeps serving the group protocol and can give tasks back at once.
         if !stop && let Some(p) = opening.pop_first() {
-            tasks.insert(p, Task::open(spec, p, tasks_total)?);
+            tasks.insert(p, Task::open(spec, p, partitions)?);
         }
         if stop {
             for (p, t) in &mut tasks {
                 if let Err(e) = t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
-                    warn!(task = p, "stopping: {e}");
+                    warn!(task = %p, "stopping: {e}");
                 }
                 let _ = t.sink.close();
             }
@@ -209,12 +261,12 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                 .turn(&mut t.pipeline, t.sink.as_mut(), cadence, false)
             {
                 Ok(Some(_)) => {
-                    info!(task = p, "task finished its bounded input");
+                    info!(task = %p, "task finished its bounded input");
                     t.finished = true;
                 }
                 Ok(None) => {}
                 Err(e) if is_fenced(&e) => {
-                    warn!(task = p, "another process took the task over: {e}");
+                    warn!(task = %p, "another process took the task over: {e}");
                     fenced.push(p);
                 }
                 Err(e) => return Err(e),
@@ -226,7 +278,8 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // A bounded run ends when this member alone owns every task (the
         // others are gone); otherwise it keeps its tasks, so they do not move
         // and replay, until it is stopped.
-        if tasks.len() as u32 == tasks_total
+        if mode == Mode::Partitioned
+            && tasks.len() as u32 == tasks_total
             && opening.is_empty()
             && tasks.values().all(|t| t.finished)
         {
@@ -244,7 +297,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
     }
 }
 
-fn report(tasks: &BTreeMap<u32, Task>, handed_over: &Stats, opts: &mut RunOptions<'_>) {
+fn report(tasks: &BTreeMap<TaskKind, Task>, handed_over: &Stats, opts: &mut RunOptions<'_>) {
     let mut total = handed_over.clone();
     for t in tasks.values() {
         add(&mut total, &t.pipeline.stats);
@@ -300,8 +353,25 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
         "task", "owner", "epoch", "position", "end", "lag", "watermark", "keys", "age"
     );
     let now = ubik_connector::time::now_ms();
+    let parts = ends.len() as u32;
+    // Repartitioned, an input partition's task is its first stage.
+    let first_stage = |p: u32| {
+        summaries
+            .get(&(parts + p))
+            .filter(|s| s["source"]["topic"].as_str() == Some(url.topic.as_str()))
+    };
+    let repartitioned = (0..parts).any(|p| first_stage(p).is_some());
+    let watermark_of = |s: Option<&serde_json::Value>| {
+        s.and_then(|s| s["watermark"].as_i64())
+            .filter(|&w| w != i64::MIN)
+            .map_or("-".into(), |w| {
+                let mut t = Vec::new();
+                ubik_engine::time::write_rfc3339_micros(&mut t, w);
+                String::from_utf8_lossy(&t).into_owned()
+            })
+    };
     for (&p, &end) in &ends {
-        let s = summaries.get(&(p as u32));
+        let s = first_stage(p as u32).or_else(|| summaries.get(&(p as u32)));
         let position = s
             .and_then(|s| s["source"]["next"][p.to_string()].as_i64())
             .or_else(|| s.and_then(|s| s["source"][&url.topic]["next"][p.to_string()].as_i64()));
@@ -332,6 +402,26 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
             field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
         );
     }
+    if repartitioned {
+        let _ = writeln!(
+            out,
+            "\nkeyed tasks (reading the repartition topic):\n{:<5} {:>6} {:<28} {:>10} {:>8}",
+            "task", "epoch", "watermark", "keys", "age"
+        );
+        for r in 0..parts {
+            let s = summaries.get(&r);
+            let field = |name: &str| s.and_then(|s| s[name].as_i64());
+            let _ = writeln!(
+                out,
+                "{:<5} {:>6} {:<28} {:>10} {:>8}",
+                r,
+                field("epoch").map_or("-".into(), |v| v.to_string()),
+                watermark_of(s),
+                field("state_keys").map_or("-".into(), |v| v.to_string()),
+                field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "\n(position, lag, watermark and keys as of each task's last checkpoint)"
@@ -360,19 +450,20 @@ mod tests {
     }
 
     #[test]
-    fn a_stateful_task_needs_the_input_partitioned_by_its_key() {
+    fn a_stateful_query_is_repartitioned_unless_its_input_is_partitioned_by_its_key() {
         let grouped = plan("SELECT merchant, count(*) AS n FROM t GROUP BY merchant");
-        let undeclared = check_partitioning(&grouped, &[]).unwrap_err().to_string();
-        assert!(undeclared.contains("--partitioned-by"), "{undeclared}");
-        assert!(check_partitioning(&grouped, &by(&["merchant"])).is_ok());
-        let other = check_partitioning(&grouped, &by(&["amount"]))
-            .unwrap_err()
-            .to_string();
+        assert_eq!(mode(&grouped, &[]).unwrap(), Mode::Repartitioned);
+        assert_eq!(
+            mode(&grouped, &by(&["merchant"])).unwrap(),
+            Mode::Partitioned
+        );
+        let other = mode(&grouped, &by(&["amount"])).unwrap_err().to_string();
         assert!(
             other.contains("`amount` is not a column of the result key"),
             "{other}"
         );
         // Stateless: any partitioning, or none, gives the same rows.
-        assert!(check_partitioning(&plan("SELECT * FROM t WHERE amount > 1"), &[]).is_ok());
+        let filter = plan("SELECT * FROM t WHERE amount > 1");
+        assert_eq!(mode(&filter, &[]).unwrap(), Mode::Partitioned);
     }
 }

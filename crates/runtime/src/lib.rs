@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod record_meta;
 pub mod runner;
 pub mod settings;
+pub mod shuffle;
 pub mod spec;
 mod spill;
 

@@ -16,7 +16,8 @@ use arrow::datatypes::SchemaRef;
 use serde_json::json;
 use tracing::{debug, info, warn};
 use ubik_connector::{
-    Chunk, DEFAULT_POLL_TIMEOUT, DeadLetter, DeadLetterSink, Payload, Source, SourceEvent,
+    Chunk, ConnectorError, DEFAULT_POLL_TIMEOUT, DeadLetter, DeadLetterSink, Payload, Source,
+    SourceEvent,
 };
 use ubik_engine::plan::EventTime;
 use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
@@ -32,6 +33,7 @@ use crate::connect::OpenedSource;
 use crate::error::{Result, RuntimeError};
 use crate::record_meta;
 use crate::settings::{ErrorPolicy, Settings};
+use crate::shuffle::{ShuffleBuffer, ShuffleRecord};
 
 /// Counters of a running pipeline.
 #[derive(Debug, Clone)]
@@ -88,6 +90,38 @@ pub enum Step {
     Idle,
     /// A bounded input ended; everything has been emitted.
     Finished,
+}
+
+/// Where a pipeline sits in a repartitioned group run ([`crate::group`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stage {
+    /// The whole query.
+    #[default]
+    Whole,
+    /// The first stage: rows are checked, stamped and routed by key to
+    /// `partitions` target partitions ([`Pipeline::write_shuffled`]).
+    Shuffle { partitions: u32 },
+    /// The second stage: reads one target partition of a repartition
+    /// topic written by the first stages of `upstream` source partitions.
+    Shuffled { upstream: u32 },
+}
+
+/// Writes one routed record (target partition, bytes).
+pub type ShuffleWrite<'a> = dyn FnMut(u32, &[u8]) -> std::result::Result<(), ConnectorError> + 'a;
+
+/// A query for `stage`.
+fn query_for(plan: QueryPlan, stage: Stage) -> Result<Query> {
+    let mut query = Query::new(plan)?;
+    match stage {
+        Stage::Whole => {}
+        Stage::Shuffle { partitions } => query.set_shuffle(partitions)?,
+        Stage::Shuffled { upstream } => {
+            for u in 0..upstream {
+                query.add_partition(partition_id(0, u));
+            }
+        }
+    }
+    Ok(query)
 }
 
 /// One opened source of a pipeline.
@@ -173,6 +207,11 @@ pub struct Pipeline {
     replay: VecDeque<IdleEvent>,
     restored_output: VecDeque<ChangeBatch>,
     finished: bool,
+    stage: Stage,
+    /// A first stage's routed records, not yet written.
+    shuffled: ShuffleBuffer,
+    /// A second stage: the next source offset expected per source partition.
+    shuffle_next: BTreeMap<u32, u64>,
     pub stats: Stats,
 }
 
@@ -191,7 +230,7 @@ impl Pipeline {
             Some(dir) => Some(CheckpointStore::open(dir, settings.keep_checkpoints)?),
             None => None,
         };
-        Self::with_store(sql, sources, settings, store, dead_letters)
+        Self::with_store(sql, sources, settings, store, dead_letters, Stage::Whole)
     }
 
     /// Like [`Self::new`], checkpointing to `store` (which may replicate).
@@ -201,6 +240,7 @@ impl Pipeline {
         settings: &Settings,
         store: Option<CheckpointStore>,
         dead_letters: Box<dyn DeadLetterSink>,
+        stage: Stage,
     ) -> Result<Self> {
         if sources.is_empty() {
             return Err(RuntimeError::Config("a pipeline needs a source".into()));
@@ -230,7 +270,12 @@ impl Pipeline {
             }),
         };
         let fingerprint = fingerprint(&identity.to_string());
-        let mut query = Query::new(plan)?;
+        if stage != Stage::Whole && sources.len() > 1 {
+            return Err(RuntimeError::Config(
+                "a query over several sources cannot be repartitioned yet".into(),
+            ));
+        }
+        let mut query = query_for(plan, stage)?;
         let mut inputs = Vec::with_capacity(sources.len());
         for opened in sources {
             let OpenedSource {
@@ -297,6 +342,9 @@ impl Pipeline {
             replay: VecDeque::new(),
             restored_output: VecDeque::new(),
             finished: false,
+            stage,
+            shuffled: ShuffleBuffer::default(),
+            shuffle_next: BTreeMap::new(),
             stats: Stats::default(),
         };
         if store.is_some() {
@@ -340,11 +388,13 @@ impl Pipeline {
         self.finished = false;
         let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
         let plan = self.query.plan().clone();
-        let mut query = Query::new(plan)?;
+        let mut query = query_for(plan, self.stage)?;
         query.restore(snapshot)?;
+        self.shuffled.clear();
         self.query = query;
         self.epoch = m.epoch;
         self.consumed = m.consumed.clone();
+        self.shuffle_next = m.shuffle_next.clone();
         self.emitted = m.emitted;
         self.replay = idle.into();
         if let Some(p) = &loaded.pending {
@@ -372,7 +422,8 @@ impl Pipeline {
                 input.name
             )));
         }
-        let mut query = Query::new(self.query.plan().clone())?;
+        let mut query = query_for(self.query.plan().clone(), self.stage)?;
+        self.shuffled.clear();
         for input in &mut self.inputs {
             input.source.seek(&input.initial_position)?;
             input.ended = false;
@@ -382,6 +433,7 @@ impl Pipeline {
         }
         self.query = query;
         self.consumed.clear();
+        self.shuffle_next.clear();
         self.emitted = 0;
         self.finished = false;
         self.replay.clear();
@@ -588,6 +640,9 @@ impl Pipeline {
         deletion: bool,
         out: &mut Output,
     ) -> Result<()> {
+        if let Stage::Shuffled { .. } = self.stage {
+            return self.on_shuffled(input, chunk, out);
+        }
         let p = self.inputs[input].id(chunk.partition);
         let n = chunk.payload.len() as u64;
         self.stats.records_in += n;
@@ -713,6 +768,25 @@ impl Pipeline {
         } else {
             self.query.process(p, &slice, out)?;
         }
+        for s in out.shuffled.drain(..) {
+            let upstream = s.partition & ((1 << PARTITION_BITS) - 1);
+            for (j, &row) in s.rows.iter().enumerate() {
+                let index = record_of.get(from + row as usize).map(|&i| i as usize);
+                let found = index
+                    .and_then(|i| Some((chunk.0.payload.record(i)?, chunk.0.positions.get(i)?)));
+                let Some((record, &offset)) = found else {
+                    return Err(RuntimeError::Config(
+                        "a first stage reads encoded records (Kafka), not Arrow".into(),
+                    ));
+                };
+                self.shuffled.push_row(
+                    s.targets[j],
+                    upstream,
+                    (offset, s.times[j], s.stamps[j]),
+                    record,
+                );
+            }
+        }
         if out.rejects.len() > before {
             self.dead_letter_rejects(out, Some((chunk.0, chunk.1, record_of, from)))?;
         }
@@ -787,6 +861,10 @@ impl Pipeline {
     /// hold a join back. The decision is logged first, so a replay makes it
     /// at the same input position.
     fn on_idle(&mut self, out: &mut Output) -> Result<()> {
+        // A second stage's watermarks come from its first stages.
+        if let Stage::Shuffled { .. } = self.stage {
+            return Ok(());
+        }
         let Some(timeout) = self.idle_timeout else {
             return Ok(());
         };
@@ -913,6 +991,7 @@ impl Pipeline {
             epoch,
             source: position.clone(),
             consumed: self.consumed.clone(),
+            shuffle_next: self.shuffle_next.clone(),
             emitted: self.emitted,
             created_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -948,6 +1027,121 @@ impl Pipeline {
             ms = self.stats.last_checkpoint_ms,
             "checkpoint written"
         );
+        Ok(())
+    }
+
+    /// Hands a first stage's routed records to `write` (target partition,
+    /// bytes), then, with `progress`, a progress record of each of its
+    /// source partitions to every target (at a commit). Stops at the first
+    /// write error and returns it.
+    pub fn write_shuffled(
+        &mut self,
+        progress: bool,
+        write: &mut ShuffleWrite<'_>,
+    ) -> std::result::Result<(), ConnectorError> {
+        let Stage::Shuffle { partitions } = self.stage else {
+            return Ok(());
+        };
+        if progress {
+            let lateness = self.query.progress().lateness;
+            for (&id, p) in &self.query.progress().partitions {
+                let upstream = id & ((1 << PARTITION_BITS) - 1);
+                for target in 0..partitions {
+                    self.shuffled
+                        .push_progress(target, upstream, p.watermark(lateness), p.ended);
+                }
+            }
+        }
+        let mut result = Ok(());
+        for (target, bytes) in self.shuffled.records() {
+            if let Err(e) = write(target, bytes) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.shuffled.clear();
+        result
+    }
+
+    /// A second stage's records: rows of each source partition, fed with
+    /// the event times and stamps their first stage gave them, and that
+    /// stage's progress records.
+    fn on_shuffled(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
+        let n = chunk.payload.len();
+        self.stats.records_in += n as u64;
+        let index = self.inputs[input].index;
+        let mut run: Vec<&[u8]> = Vec::new();
+        let mut times = Vec::new();
+        let mut stamps = Vec::new();
+        let mut upstream_of_run = None;
+        for i in 0..=n {
+            let parsed = match chunk.payload.record(i) {
+                Some(bytes) if i < n => {
+                    self.stats.bytes_in += bytes.len() as u64;
+                    let at = || {
+                        format!(
+                            "{} {} of {}",
+                            chunk.position_name,
+                            chunk.positions.get(i).copied().unwrap_or_default(),
+                            self.inputs[input].name
+                        )
+                    };
+                    Some(crate::shuffle::parse(bytes, &at)?)
+                }
+                _ => None,
+            };
+            let continues = matches!(parsed, Some(ShuffleRecord::Row { upstream, .. }) if Some(upstream) == upstream_of_run);
+            if !continues && let Some(u) = upstream_of_run.take() {
+                let decoded = self.inputs[input].decoder.decode(&run)?;
+                if let Some(bad) = decoded.bad.first() {
+                    return Err(RuntimeError::BadRecord(format!(
+                        "a repartitioned record of partition {u} does not decode ({}): the first stage decoded it with another schema",
+                        bad.message()
+                    )));
+                }
+                self.query.process_given(
+                    partition_id(index, u),
+                    &decoded.batch,
+                    std::mem::take(&mut times),
+                    std::mem::take(&mut stamps),
+                    out,
+                )?;
+                run.clear();
+            }
+            match parsed {
+                Some(ShuffleRecord::Row {
+                    upstream,
+                    offset,
+                    time,
+                    stamp,
+                    record,
+                }) => {
+                    let next = self.shuffle_next.entry(upstream).or_insert(0);
+                    if offset < *next {
+                        // A resumed first stage's copy of a row aggregated before.
+                        continue;
+                    }
+                    *next = offset + 1;
+                    upstream_of_run = Some(upstream);
+                    run.push(record);
+                    times.push(time);
+                    stamps.push(stamp);
+                }
+                Some(ShuffleRecord::Progress {
+                    upstream,
+                    watermark,
+                    ended,
+                }) => {
+                    let id = partition_id(index, upstream);
+                    if ended {
+                        self.query.end_partition(id, out)?;
+                    } else {
+                        self.query.push_watermark(id, watermark, out)?;
+                    }
+                }
+                None => {}
+            }
+        }
         Ok(())
     }
 

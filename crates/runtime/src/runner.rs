@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
-use ubik_connector::{ConnectorError, Sink};
+use ubik_connector::{ConnectorError, Sink, SinkRecord};
 use ubik_engine::Output;
 use ubik_format::changelog::ChangelogEncoder;
 
@@ -44,6 +44,17 @@ fn commit_epoch(
     sink: &mut dyn Sink,
     first_write: &mut Option<Instant>,
 ) -> Result<bool> {
+    // A first stage tells every target how far its partitions got, in the
+    // epoch's transaction.
+    match write_shuffled(pipeline, sink, true) {
+        Ok(()) => {}
+        Err(ConnectorError::Transient(m)) => {
+            *first_write = None;
+            recover(pipeline, sink, &m)?;
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
     match sink.commit() {
         Ok(()) => {
             if let Some(t) = first_write.take() {
@@ -61,6 +72,23 @@ fn commit_epoch(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Writes a first stage's routed records (and, with `progress`, its
+/// progress records) to their target partitions.
+fn write_shuffled(
+    pipeline: &mut Pipeline,
+    sink: &mut dyn Sink,
+    progress: bool,
+) -> std::result::Result<(), ConnectorError> {
+    pipeline.write_shuffled(progress, &mut |target, bytes| {
+        sink.write(SinkRecord {
+            key: None,
+            value: Some(bytes),
+            timestamp_ms: None,
+            partition: Some(target),
+        })
+    })
 }
 
 fn recover(pipeline: &mut Pipeline, sink: &mut dyn Sink, why: &str) -> Result<()> {
@@ -157,6 +185,11 @@ impl Runner {
                 lost = Some(e);
                 break 'emit;
             }
+        }
+        if lost.is_none()
+            && let Err(e) = write_shuffled(pipeline, sink, false)
+        {
+            lost = Some(e);
         }
         match lost {
             None => {}

@@ -349,6 +349,7 @@ mod tests {
             key: Some(k),
             value: Some(b"1"),
             timestamp_ms: None,
+            partition: None,
         };
         sink.write(rec(b"a")).unwrap();
         sink.commit().unwrap();

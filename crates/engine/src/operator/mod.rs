@@ -134,15 +134,18 @@ pub struct Reject {
 pub struct Output {
     pub changes: Vec<ChangeBatch>,
     pub rejects: Vec<Reject>,
+    /// Rows routed by a first stage ([`crate::Query::set_shuffle`]).
+    pub shuffled: Vec<crate::shuffle::Shuffled>,
 }
 
 impl Output {
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.rejects.is_empty()
+        self.changes.is_empty() && self.rejects.is_empty() && self.shuffled.is_empty()
     }
     pub fn clear(&mut self) {
         self.changes.clear();
         self.rejects.clear();
+        self.shuffled.clear();
     }
     pub fn num_changes(&self) -> usize {
         self.changes.iter().map(|c| c.num_rows()).sum()
