@@ -38,6 +38,7 @@ use crate::config::{EmitMode, KafkaUrl};
 use crate::error::Error;
 use crate::retention::topic_config;
 use crate::sink::{DeliveryErrors, UbikProducer, producer, send};
+use crate::source::SourceContext;
 
 /// Bytes per chunk record: under the broker's default `message.max.bytes` (1 MB).
 const CHUNK: usize = 512 * 1024;
@@ -132,7 +133,7 @@ impl StateTopic {
             .set("group.id", format!("{}-restore", self.url.topic))
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true");
-        let consumer: BaseConsumer = config.create()?;
+        let consumer: BaseConsumer<SourceContext> = config.create_with_context(SourceContext)?;
         let (low, high) = consumer
             .fetch_watermarks(&self.url.topic, self.partition, METADATA_TIMEOUT)
             .map_err(|e| Error::Transient(format!("reading {}: {e}", self.url.topic)))?;
@@ -189,7 +190,7 @@ pub fn summaries(
         .set("group.id", format!("{topic}-status"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
-    let consumer: BaseConsumer = config.create()?;
+    let consumer: BaseConsumer<SourceContext> = config.create_with_context(SourceContext)?;
     let Some(parts) = crate::admin::partitions(&consumer, topic)? else {
         return Ok(BTreeMap::new());
     };
