@@ -2,22 +2,23 @@
 //! same pipeline and `--group` share the input topic's partitions as tasks
 //! (the Kafka Streams model, with Kafka as the only coordinator).
 //!
-//! Task `p` reads partition `p` of every source and has its own state,
-//! watermark, checkpoint (local directory `CHECKPOINT/task-p`, replicated to
-//! the group's compacted state topic) and transactional producer (its id
-//! names the task, so a new owner fences the old one). Membership follows
-//! the consumer-group protocol with cooperative rebalancing: a task that is
-//! revoked commits and checkpoints before it goes; a task that arrives
-//! restores the newest checkpoint, local or replicated, and replays from
-//! its position. A killed process's tasks move after the session timeout
-//! and replay what it emitted after their last replicated checkpoint,
-//! byte-identically.
+//! Every task has its own state, watermark, checkpoint (a local directory
+//! under `CHECKPOINT`, replicated to the group's compacted state topic) and
+//! transactional producer (its id names the task, so a new owner fences the
+//! old one). Membership follows the consumer-group protocol with cooperative
+//! rebalancing: a task that is revoked commits and checkpoints before it
+//! goes; a task that arrives restores the newest checkpoint, local or
+//! replicated, and replays from its position. A killed process's tasks move
+//! after the session timeout and replay what it emitted after their last
+//! replicated checkpoint, byte-identically.
 //!
-//! A task's output is a pure function of its partition's records, so the
-//! bytes of each key do not depend on how many processes run or when they
-//! rebalance, provided all rows of a result key are in one partition: the
-//! input must be partitioned by (a subset of) the query's key, which the
-//! pipeline declares (`partitioned_by`).
+//! All rows of a result key must meet in one task. An input declared
+//! partitioned by result key columns (`partitioned_by`) gives one task per
+//! partition running the whole query. Any other input runs in two stages:
+//! a first stage per input partition stamps and routes rows by key through
+//! the repartition topic ([`crate::shuffle`]), and a keyed task per
+//! repartition partition runs the query with the stamps given, so lateness
+//! is judged as one process would judge it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
