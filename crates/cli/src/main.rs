@@ -175,13 +175,7 @@ fn run(settings: RunSettings) -> Result<()> {
 }
 
 fn status(args: args::StatusArgs) -> Result<()> {
-    let mut kafka = std::collections::BTreeMap::new();
-    for kv in &args.kafka_property {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
-        kafka.insert(k.to_string(), v.to_string());
-    }
+    let kafka = settings::property_flags(&args.kafka_property)?;
     print!(
         "{}",
         ubik_runtime::group::status(&args.from, &args.group, &kafka)?

@@ -241,13 +241,21 @@ fn kafka_properties(args: &RunArgs, file: &PipelineFile) -> Result<BTreeMap<Stri
     if let Some(path) = &args.kafka_config {
         out.extend(read_properties(path)?);
     }
-    for kv in &args.kafka_property {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
-        out.insert(k.to_string(), v.to_string());
-    }
+    out.extend(property_flags(&args.kafka_property)?);
     Ok(out)
+}
+
+/// `-X key=value` flags as librdkafka properties.
+pub fn property_flags(flags: &[String]) -> Result<BTreeMap<String, String>> {
+    flags
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| anyhow!("-X {kv:?}: expected key=value"))?;
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 pub fn run_settings(args: RunArgs) -> Result<RunSettings> {

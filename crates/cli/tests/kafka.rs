@@ -100,20 +100,27 @@ fn produce(topic: &str, lines: &[String]) {
             .ok()
             .and_then(|v| v["merchant"].as_str().map(String::from))
             .unwrap_or_default();
-        let mut rec = BaseRecord::to(topic)
-            .payload(l.as_bytes())
-            .key(key.as_bytes());
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(10));
-                }
+        send_waiting(
+            &p,
+            BaseRecord::to(topic)
+                .payload(l.as_bytes())
+                .key(key.as_bytes()),
+        );
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Sends `rec`, waiting while the producer's queue is full.
+fn send_waiting(p: &BaseProducer, mut rec: BaseRecord<'_, [u8], [u8]>) {
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, r)) => {
+                rec = r;
+                p.poll(Duration::from_millis(10));
             }
         }
     }
-    p.flush(Duration::from_secs(30)).unwrap();
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -482,15 +489,7 @@ fn produce_versions(topic: &str, versions: &[(String, Option<String>, i64)]) {
         if let Some(v) = value {
             rec = rec.payload(v.as_bytes());
         }
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(10));
-                }
-            }
-        }
+        send_waiting(&p, rec);
     }
     p.flush(Duration::from_secs(30)).unwrap();
 }
@@ -1256,18 +1255,12 @@ fn produce_spread(topic: &str, partitions: i32, lines: &[String]) {
         .create()
         .unwrap();
     for (i, l) in lines.iter().enumerate() {
-        let mut rec = BaseRecord::<[u8], [u8]>::to(topic)
-            .payload(l.as_bytes())
-            .partition(i as i32 % partitions);
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, r)) => {
-                    rec = r;
-                    p.poll(Duration::from_millis(10));
-                }
-            }
-        }
+        send_waiting(
+            &p,
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .payload(l.as_bytes())
+                .partition(i as i32 % partitions),
+        );
     }
     p.flush(Duration::from_secs(30)).unwrap();
 }

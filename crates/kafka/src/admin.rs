@@ -67,35 +67,46 @@ pub fn ensure_topic(
     config: &ClientConfig,
     default_cleanup: &str,
 ) -> Result<Vec<i32>, Error> {
+    let cleanup = url.cleanup.as_deref().unwrap_or(default_cleanup);
+    ensure_topic_with(url, config, &[("cleanup.policy", cleanup)], "output topic")
+}
+
+/// Makes sure `url`'s topic exists, creating it (unless the URL says
+/// `create=false`) with its partitions, replication and `settings`; `what`
+/// names the topic in messages ("output topic").
+pub fn ensure_topic_with(
+    url: &KafkaUrl,
+    config: &ClientConfig,
+    settings: &[(&str, &str)],
+    what: &str,
+) -> Result<Vec<i32>, Error> {
     let probe: BaseConsumer = config.create()?;
     if let Some(p) = partitions(&probe, &url.topic)? {
         return Ok(p);
     }
     if !url.create {
         return Err(Error::Topic(format!(
-            "output topic {} does not exist on {} (create it, or drop create=false)",
+            "{what} {} does not exist on {} (create it, or drop create=false)",
             url.topic, url.bootstrap
         )));
     }
     let admin: AdminClient<DefaultClientContext> = config.create()?;
-    let topic = NewTopic::new(
-        &url.topic,
-        url.partitions,
-        TopicReplication::Fixed(url.replication),
-    )
-    .set(
-        "cleanup.policy",
-        url.cleanup.as_deref().unwrap_or(default_cleanup),
+    let topic = settings.iter().fold(
+        NewTopic::new(
+            &url.topic,
+            url.partitions,
+            TopicReplication::Fixed(url.replication),
+        ),
+        |t, (k, v)| t.set(k, v),
     );
-    let results =
-        futures_executor::block_on(admin.create_topics(&[topic], &AdminOptions::new()))
-            .map_err(|e| Error::Topic(format!("cannot create output topic {}: {e}", url.topic)))?;
+    let results = futures_executor::block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+        .map_err(|e| Error::Topic(format!("cannot create {what} {}: {e}", url.topic)))?;
     for r in results {
         if let Err((name, code)) = r
             && code != RDKafkaErrorCode::TopicAlreadyExists
         {
             return Err(Error::Topic(format!(
-                "output topic {name} does not exist and could not be created: {code} (create it with {} partitions, or give the principal CreateTopics rights)",
+                "{what} {name} does not exist and could not be created: {code} (create it with {} partitions, or give the principal CreateTopics rights)",
                 url.partitions
             )));
         }
@@ -128,43 +139,16 @@ pub fn ensure_repartition_topic(
         "kafka://{bootstrap}/{topic}?partitions={count}&cleanup=delete"
     ))?;
     let config = url.client_config(properties);
-    let probe: BaseConsumer = config.create()?;
-    let existing = partitions(&probe, topic)?;
-    let parts = match existing {
-        Some(p) => p,
-        None => {
-            let admin: AdminClient<DefaultClientContext> = config.create()?;
-            let new = NewTopic::new(topic, count, TopicReplication::Fixed(1))
-                .set("cleanup.policy", "delete")
-                .set("retention.ms", "-1")
-                .set("retention.bytes", "-1");
-            let results =
-                futures_executor::block_on(admin.create_topics(&[new], &AdminOptions::new()))
-                    .map_err(|e| Error::Topic(format!("cannot create topic {topic}: {e}")))?;
-            for r in results {
-                if let Err((name, code)) = r
-                    && code != RDKafkaErrorCode::TopicAlreadyExists
-                {
-                    return Err(Error::Topic(format!(
-                        "the repartition topic {name} could not be created: {code} (create it with {count} partitions and retention.ms=-1, or give the principal CreateTopics rights)"
-                    )));
-                }
-            }
-            let mut found = None;
-            for _ in 0..50 {
-                if let Some(p) = partitions(&probe, topic)? {
-                    found = Some(p);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            found.ok_or_else(|| {
-                Error::Topic(format!(
-                    "topic {topic} was created but does not appear in metadata"
-                ))
-            })?
-        }
-    };
+    let parts = ensure_topic_with(
+        &url,
+        &config,
+        &[
+            ("cleanup.policy", "delete"),
+            ("retention.ms", "-1"),
+            ("retention.bytes", "-1"),
+        ],
+        "repartition topic",
+    )?;
     if parts.len() != count as usize {
         return Err(Error::Topic(format!(
             "the repartition topic {topic} has {} partitions, the input {count}: delete it (it is internal to the group) or give the group another name",

@@ -33,7 +33,7 @@ use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::json;
 use ubik_connector::{CheckpointFiles, CheckpointReplica, ConnectorError, Replicated};
 
-use crate::admin::{METADATA_TIMEOUT, ensure_topic};
+use crate::admin::{METADATA_TIMEOUT, ensure_topic_with};
 use crate::config::{EmitMode, KafkaUrl};
 use crate::error::Error;
 use crate::retention::topic_config;
@@ -80,7 +80,12 @@ impl StateTopic {
             "kafka://{bootstrap}/{topic}?partitions={partitions}&cleanup=compact"
         ))?;
         let client = url.client_config(properties);
-        let parts = ensure_topic(&url, &client, "compact")?;
+        let parts = ensure_topic_with(
+            &url,
+            &client,
+            &[("cleanup.policy", "compact")],
+            "state topic",
+        )?;
         let [policy] =
             <[Option<String>; 1]>::try_from(topic_config(&client, topic, &["cleanup.policy"])?)
                 .map_err(|_| Error::Transient(format!("incomplete config of topic {topic}")))?;

@@ -117,7 +117,7 @@ fn mode(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<Mode
 
 /// A declared partitioning must be by result key columns: only then does
 /// one task see every row of a key.
-pub fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<()> {
+fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) -> Result<()> {
     if plan.is_keyed() {
         let keys = plan.key_names();
         if let Some(c) = partitioned_by.iter().find(|c| !keys.contains(&c.as_str())) {
