@@ -985,7 +985,11 @@ fn crash_suite_both_emit_modes() {
             } else {
                 consume_all(&output, "read_uncommitted")
             };
-            assert_same_records(&format!("{emit}, {kills} kills so far"), &visible, &reference);
+            assert_same_records(
+                &format!("{emit}, {kills} kills so far"),
+                &visible,
+                &reference,
+            );
         }
     }
 }
@@ -1427,6 +1431,24 @@ fn group_case(name: &str, partitioned: bool) {
                 && logs.iter().any(|l| l.contains("task=keyed-")),
             "the group did not repartition:\n{}",
             logs.join("\n----\n")
+        );
+    }
+    if !partitioned {
+        // The keyed tasks delete what their durable checkpoints have passed.
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", broker())
+            .create()
+            .unwrap();
+        let repartition = format!("{group}-ubik-repartition");
+        let (low, high): (i64, i64) = (0..6)
+            .map(|p| {
+                c.fetch_watermarks(&repartition, p, Duration::from_secs(10))
+                    .unwrap()
+            })
+            .fold((0, 0), |(l, h), (pl, ph)| (l + pl, h + ph));
+        assert!(
+            low > high / 2,
+            "the repartition topic was not cleaned: {low} of {high} records deleted"
         );
     }
     assert!(

@@ -8,6 +8,7 @@
 //! | `start` | `earliest` (default), `latest`, `group`, or an RFC 3339 time |
 //! | `end` | `latest` or an RFC 3339 time: a bounded run (backfill) |
 //! | `assign` | read only these partitions (`assign=0,3`); a task of a consumer group reads its own so |
+//! | `purge` | `true`: delete the records a durable checkpoint has passed (for a topic only this pipeline reads; a group's repartition topic is read so) |
 //! | `partitions`, `replication` | for creating a missing output topic |
 //! | `create` | `false` to never create a missing output topic |
 //! | `cleanup` | cleanup.policy of a created topic: `compact` (the default for a keyed changelog: the latest record per key is kept, and time-based retention never deletes the old windows of a backfill) or `delete` (the default for append-only output and dead letters) |
@@ -50,6 +51,8 @@ pub struct KafkaUrl {
     pub end: Option<Bound>,
     /// Read only these partitions (all when `None`).
     pub assign: Option<Vec<i32>>,
+    /// Delete records a durable checkpoint has passed ([`crate::purge`]).
+    pub purge: bool,
     pub partitions: i32,
     pub replication: i32,
     pub create: bool,
@@ -92,6 +95,7 @@ impl KafkaUrl {
             start: Bound::Earliest,
             end: None,
             assign: None,
+            purge: false,
             partitions: 1,
             replication: 1,
             create: true,
@@ -129,6 +133,7 @@ impl KafkaUrl {
                             .collect::<Result<_, _>>()?,
                     )
                 }
+                "purge" => out.purge = matches!(v, "true" | "1" | "yes"),
                 "partitions" => out.partitions = num(v)?,
                 "replication" => out.replication = num(v)?,
                 "create" => out.create = !matches!(v, "false" | "0" | "no"),
@@ -157,7 +162,7 @@ impl KafkaUrl {
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown kafka:// option {other:?} (known: group, start, end, assign, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
+                        "unknown kafka:// option {other:?} (known: group, start, end, assign, purge, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
                     )));
                 }
             }

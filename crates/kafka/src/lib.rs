@@ -20,6 +20,7 @@ pub mod config;
 pub mod dead_letters;
 pub mod error;
 pub mod group;
+pub mod purge;
 pub mod retention;
 pub mod sink;
 pub mod source;

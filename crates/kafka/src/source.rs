@@ -22,6 +22,7 @@ use ubik_connector::{
 use crate::admin::{METADATA_TIMEOUT, partitions};
 use crate::config::{Bound, KafkaUrl};
 use crate::error::Error;
+use crate::purge::Purger;
 
 /// Records read from the broker but not yet returned, per partition.
 #[derive(Default)]
@@ -79,6 +80,7 @@ pub struct KafkaSource {
     events: VecDeque<SourceEvent>,
     all_ended_reported: bool,
     last_warning: Option<Instant>,
+    purger: Option<Purger>,
 }
 
 fn offset_of(o: Offset, low: i64, high: i64) -> i64 {
@@ -131,6 +133,10 @@ impl KafkaSource {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "true");
         let consumer: BaseConsumer<SourceContext> = config.create_with_context(SourceContext)?;
+        let purger = match url.purge {
+            true => Some(Purger::new(&url.client_config(properties), &url.topic)?),
+            false => None,
+        };
         let mut parts = partitions(&consumer, &url.topic)?.ok_or_else(|| {
             Error::Topic(format!(
                 "input topic {} does not exist on {}",
@@ -159,6 +165,7 @@ impl KafkaSource {
             events: VecDeque::new(),
             all_ended_reported: false,
             last_warning: None,
+            purger,
         };
         let start = source.resolve(&source.url.start.clone())?;
         if let Some(end) = source.url.end.clone() {
@@ -400,7 +407,18 @@ impl Source for KafkaSource {
         self.assign(next).map_err(Into::into)
     }
 
-    fn commit(&mut self, _position: &SourcePosition) -> Result<(), ConnectorError> {
+    fn commit(&mut self, position: &SourcePosition) -> Result<(), ConnectorError> {
+        if let Some(purger) = &mut self.purger {
+            let next: BTreeMap<i32, i64> = position["next"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(p, o)| Some((p.parse().ok()?, o.as_i64()?)))
+                .collect();
+            if let Err(e) = purger.release(&next) {
+                self.warn_rate_limited(format!("{e}"));
+            }
+        }
         // Group offsets are for monitoring (lag dashboards) only.
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in &self.next {

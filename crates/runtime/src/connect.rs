@@ -361,7 +361,7 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result
                 &spec.sql,
                 "input",
             ));
-            source.endpoint = Endpoint::Kafka(format!("{repartition_url}?assign={r}"));
+            source.endpoint = Endpoint::Kafka(format!("{repartition_url}?assign={r}&purge=true"));
         }
     }
     let emit = task_spec.settings.emit;
