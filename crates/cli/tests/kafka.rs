@@ -1244,7 +1244,7 @@ fn broker_restart_sigterm_drain_and_fencing() {
 }
 
 /// A member of consumer group `group` on `input`, its own checkpoint
-/// directory `ck`, stderr to `log`.
+/// directory `ck`, stderr to `log`, killed at `failpoint` if given.
 fn group_member(
     input: &str,
     output: &str,
@@ -1252,6 +1252,7 @@ fn group_member(
     partitioned: bool,
     ck: &std::path::Path,
     log: &std::path::Path,
+    failpoint: Option<&str>,
 ) -> Running {
     let partitioning: &[&str] = if partitioned {
         &["--partitioned-by", "merchant"]
@@ -1276,6 +1277,9 @@ fn group_member(
         .concat(),
     );
     c.arg("--checkpoint").arg(ck).env("RUST_LOG", "info");
+    if let Some(f) = failpoint {
+        c.env("UBIK_FAILPOINT", f);
+    }
     let log = std::fs::File::create(log).unwrap();
     Running(c.stdout(Stdio::null()).stderr(log).spawn().unwrap())
 }
@@ -1313,7 +1317,8 @@ fn a_group_repartitions_an_input_not_partitioned_by_the_key() {
 }
 
 /// 3 members of a group on a 6-partition topic, one killed with -9 mid-run
-/// and a fourth started: the read_committed fold of the output equals the
+/// and a fourth started, another killed at a failpoint (mid-checkpoint or
+/// right after a commit) and a fifth started: the read_committed fold of the output equals the
 /// one-shot oracle and a single process's, the records (duplicates of
 /// replays aside) are byte-identical to the single process's, all of them, and
 /// `ubik status` shows the members and every task caught up. With
@@ -1341,6 +1346,13 @@ fn group_case(name: &str, partitioned: bool) {
     let output = changelog_topic(unique(&format!("{name}-out")), 3);
     let group = unique(name);
     let dir = tempfile::tempdir().unwrap();
+    // Member 1 dies at a kill point a random kill rarely hits: in the middle
+    // of a checkpoint's replication (its chunks sent, not its manifest), or
+    // between a transaction's commit and its checkpoint.
+    let failpoint = match partitioned {
+        true => "checkpoint-replica:12",
+        false => "after-commit:12",
+    };
     let member = |i: usize| {
         group_member(
             &input,
@@ -1349,6 +1361,7 @@ fn group_case(name: &str, partitioned: bool) {
             partitioned,
             &dir.path().join(format!("ck{i}")),
             &dir.path().join(format!("log{i}")),
+            (i == 1).then_some(failpoint),
         )
     };
     let mut members: Vec<Running> = (0..3).map(member).collect();
@@ -1369,6 +1382,21 @@ fn group_case(name: &str, partitioned: bool) {
     );
     // A fourth member joins and takes tasks over from the living ones.
     members.push(member(3));
+    let died = Instant::now();
+    while members[1].try_wait().unwrap().is_none() {
+        assert!(
+            died.elapsed() < Duration::from_secs(60),
+            "member 1 never reached its failpoint {failpoint}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        log(1).contains("failpoint"),
+        "member 1 exited but not at its failpoint:\n{}",
+        log(1)
+    );
+    // A fifth replaces it.
+    members.push(member(4));
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut committed;
     loop {
@@ -1404,7 +1432,7 @@ fn group_case(name: &str, partitioned: bool) {
             "task not owned or behind:\n{text}"
         );
     }
-    for m in &mut members[1..] {
+    for m in &mut members[2..] {
         // SIGTERM: each commits, checkpoints and leaves the group.
         let _ = std::process::Command::new("kill")
             .arg(m.id().to_string())
@@ -1412,7 +1440,7 @@ fn group_case(name: &str, partitioned: bool) {
         let status = m.wait().unwrap();
         assert!(status.success(), "a member failed: {status}");
     }
-    let logs: Vec<String> = (0..4).map(log).collect();
+    let logs: Vec<String> = (0..5).map(log).collect();
     assert_matches("group output", &fold_recs(&committed), &want);
     assert!(
         fold_recs(&committed) == reference_fold,

@@ -22,6 +22,7 @@
 mod change;
 mod dead_letter;
 mod error;
+pub mod failpoint;
 mod replica;
 mod sink;
 mod source;

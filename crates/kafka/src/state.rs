@@ -270,6 +270,7 @@ impl CheckpointReplica for StateTopic {
             }
             listed.push(json!({"name": name, "len": bytes.len(), "chunks": pieces.len()}));
         }
+        ubik_connector::failpoint::hit("checkpoint-replica");
         let manifest =
             json!({"epoch": epoch, "writer": self.writer, "files": listed, "summary": summary});
         self.put(

@@ -62,6 +62,7 @@ fn commit_epoch(
                 pipeline.stats.commit_latency_last_ms = ms;
                 pipeline.stats.commit_latency_max_ms = pipeline.stats.commit_latency_max_ms.max(ms);
             }
+            ubik_connector::failpoint::hit("after-commit");
             pipeline.checkpoint(&[])?;
             Ok(true)
         }
