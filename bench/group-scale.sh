@@ -1,59 +1,99 @@
 #!/usr/bin/env bash
 # Scale-out over a consumer group: 1, 2 and 4 ubik processes (each
-# --threads 1) share an 8-partition topic keyed by merchant, Kafka to Kafka,
-# transactional, the per-merchant per-minute aggregation of bench/kafka.sh.
+# --threads 1) share an 8-partition topic, Kafka to Kafka, transactional,
+# the per-merchant per-minute aggregation of bench/kafka.sh. Two inputs:
+# `keyed` by merchant (--partitioned-by merchant: each task runs the whole
+# query) and `spread` (no key: the group repartitions by merchant through
+# its internal topic), so the ratio of the two is the repartition step's cost.
 # A run's time is from starting the members until `ubik status` shows every
-# task's last checkpoint at the end of its partition (joining and
-# rebalancing included). Prints events/s and the ratio to one process.
+# task's last checkpoint at the end of its partition (and, repartitioned,
+# every keyed task's at the end of the repartition topic), joining and
+# rebalancing included. Prints events/s and the ratios.
 # Builds release; starts the test broker.
 #
-#   bench/group-scale.sh [EVENTS=2000000] [PROCESSES="1 2 4"]
+#   bench/group-scale.sh [EVENTS=2000000] [PROCESSES="1 2 4"] [MODES="keyed spread"]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-2000000}
 PROCS=${2:-"1 2 4"}
+MODES=${3:-"keyed spread"}
 source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
 JSONL=$CACHE/events-$N.jsonl
 [[ -s $JSONL ]] || "$PY" bench/peers.py make-jsonl "$N" "$JSONL"
 RUN=$(date +%s)-$$
-IN=group-scale-in-$RUN
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
-echo "== loading $N events into $IN (8 partitions, keyed by merchant)"
-"$BENCH" kafka-load "$B" "$IN" "$JSONL" 8 merchant >/dev/null
-Q="SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')"
-done_all() { # group: every task checkpointed at its end
-  "$UBIK" status --group "$1" --from "kafka://$B/$IN" 2>/dev/null |
-    awk '/^task /{t=1; next} t && NF==0 {t=0} t {n++; if ($6 != "0") behind++} END {exit !(n == 8 && behind == 0)}'
-}
-for p in $PROCS; do
-  G=group-scale-$RUN-$p
-  s=$(date +%s.%N)
-  for i in $(seq "$p"); do
-    "$UBIK" run "$Q" --table orders --from "kafka://$B/$IN?end=latest" \
-      --to "kafka://$B/group-scale-out-$RUN-$p" --group "$G" --partitioned-by merchant \
-      --checkpoint "$WORK/ck-$p-$i" --checkpoint-interval 1s --threads 1 \
-      --schema "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE" --lateness 0s -q 2>"$WORK/$p-$i.log" &
-  done
-  until done_all "$G"; do sleep 0.3; done
-  e=$(date +%s.%N)
-  kill $(jobs -p) 2>/dev/null || true
-  wait || true
-  secs=$(echo "$e - $s" | bc -l)
-  echo "$p $secs" >> "$WORK/times"
-  echo "  $p process(es): $secs s" >&2
+for mode in $MODES; do
+  echo "== loading $N events into group-scale-$mode-$RUN (8 partitions, $mode)"
+  case $mode in
+  keyed) "$BENCH" kafka-load "$B" "group-scale-$mode-$RUN" "$JSONL" 8 merchant >/dev/null ;;
+  spread) "$BENCH" kafka-load "$B" "group-scale-$mode-$RUN" "$JSONL" 8 >/dev/null ;;
+  *) echo "unknown mode $mode (keyed, spread)" >&2; exit 2 ;;
+  esac
 done
-"$PY" - "$N" "$WORK/times" <<'PY'
+Q="SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amount) AS total, avg(amount) AS mean FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1 MINUTE')"
+# Every task checkpointed at its end: the input tasks' lag (column 6 of
+# the first table) and, repartitioned, the keyed tasks' (column 5 of the
+# second) are 0.
+done_all() { # group input
+  "$UBIK" status --group "$1" --from "kafka://$B/$2" 2>/dev/null |
+    awk -v keyed="$3" '/^task /{t++; next} NF==0 {next} t==1 {n++; if ($6 != "0") behind++}
+      t==2 {k++; if ($5 != "0") behind++}
+      END {exit !(n == 8 && behind == 0 && (keyed == 0 || k == 8))}'
+}
+for mode in $MODES; do
+  for p in $PROCS; do
+    G=group-scale-$RUN-$mode-$p
+    IN=group-scale-$mode-$RUN
+    partitioning=(--partitioned-by merchant)
+    [[ $mode == spread ]] && partitioning=()
+    s=$(date +%s.%N)
+    for i in $(seq "$p"); do
+      "$UBIK" run "$Q" --table orders --from "kafka://$B/$IN?end=latest" \
+        --to "kafka://$B/group-scale-out-$RUN-$mode-$p" --group "$G" "${partitioning[@]}" \
+        --checkpoint "$WORK/ck-$mode-$p-$i" --checkpoint-interval 1s --threads 1 \
+        --schema "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE" --lateness 0s -q 2>"$WORK/$mode-$p-$i.log" &
+    done
+    until done_all "$G" "$IN" "$([[ $mode == spread ]] && echo 1 || echo 0)"; do sleep 0.3; done
+    e=$(date +%s.%N)
+    kill $(jobs -p) 2>/dev/null || true
+    wait || true
+    secs=$(echo "$e - $s" | bc -l)
+    echo "$mode $p $secs" >>"$WORK/times"
+    echo "  $mode, $p process(es): $secs s" >&2
+  done
+done
+# Bytes per event through the broker (on disk, as the producers compressed
+# them) of each topic of the largest run: for the capacity model.
+DATA=${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/kafka-run/${UBIK_KAFKA_PORT:-39092}/data
+p=${PROCS##* }
+for mode in $MODES; do
+  G=group-scale-$RUN-$mode-$p
+  for t in "group-scale-$mode-$RUN:input" "$G-ubik-repartition:repartition" \
+    "group-scale-out-$RUN-$mode-$p:output" "$G-ubik-checkpoints:checkpoints"; do
+    bytes=$(du -scb "$DATA/${t%%:*}"-[0-9]* 2>/dev/null | tail -1 | cut -f1)
+    echo "$mode ${t##*:} ${bytes:-0}" >>"$WORK/bytes"
+  done
+done
+"$PY" - "$N" "$WORK/times" "$WORK/bytes" <<'PY'
 import sys
 n = int(sys.argv[1])
 rows = [l.split() for l in open(sys.argv[2])]
-base = None
+rate = {(m, p): n / float(s) for m, p, s in rows}
 print(f"== {n} events, 8 partitions, Kafka to Kafka, transactional, 1 s checkpoints")
-print("| processes | seconds | events/s | ratio to 1 |")
-print("|---|---|---|---|")
-for p, s in rows:
-    rate = n / float(s)
-    base = base or rate
-    print(f"| {p} | {float(s):.1f} | {rate/1e3:.0f} K | {rate/base:.2f} |")
+print("| input | processes | seconds | events/s | ratio to 1 process | ratio to keyed |")
+print("|---|---|---|---|---|---|")
+for m, p, s in rows:
+    r = rate[(m, p)]
+    one = rate.get((m, "1"))
+    keyed = rate.get(("keyed", p))
+    print(f"| {m} | {p} | {float(s):.1f} | {r/1e3:.0f} K | {r/one:.2f} | {r/keyed:.2f} |" if one and keyed
+          else f"| {m} | {p} | {float(s):.1f} | {r/1e3:.0f} K | - | - |")
+print("\n| input | topic | bytes per event (on disk, compressed) |")
+print("|---|---|---|")
+for l in open(sys.argv[3]):
+    m, t, b = l.split()
+    if int(b):
+        print(f"| {m} | {t} | {int(b) / n:.1f} |")
 PY

@@ -81,6 +81,9 @@ pub struct KafkaSource {
     all_ended_reported: bool,
     last_warning: Option<Instant>,
     purger: Option<Purger>,
+    /// Where the consumer stood at a partition's last end-of-log, past
+    /// transaction markers: the position once its buffer is handed out.
+    end_of_log: BTreeMap<i32, i64>,
 }
 
 fn offset_of(o: Offset, low: i64, high: i64) -> i64 {
@@ -166,6 +169,7 @@ impl KafkaSource {
             all_ended_reported: false,
             last_warning: None,
             purger,
+            end_of_log: BTreeMap::new(),
         };
         let start = source.resolve(&source.url.start.clone())?;
         if let Some(end) = source.url.end.clone() {
@@ -235,6 +239,7 @@ impl KafkaSource {
     fn assign(&mut self, next: BTreeMap<i32, i64>) -> Result<(), Error> {
         self.next = next;
         self.buffered.clear();
+        self.end_of_log.clear();
         self.events.clear();
         self.ended.clear();
         self.all_ended_reported = false;
@@ -268,6 +273,29 @@ impl KafkaSource {
             tpl.add_partition(&self.url.topic, p);
             let _ = self.consumer.pause(&tpl);
             self.events.push_back(SourceEvent::PartitionEnd(p as u32));
+        }
+    }
+
+    /// At the end of a partition's log the consumer stands past the records
+    /// a read_committed reader skips (transaction markers, aborted records),
+    /// which the position then covers too: a caught-up source is at the
+    /// log's end, and its lag is 0.
+    fn note_end_of_log(&mut self, p: i32) {
+        let Ok(at) = self.consumer.position() else {
+            return;
+        };
+        let Some(Offset::Offset(o)) = at.find_partition(&self.url.topic, p).map(|e| e.offset())
+        else {
+            return;
+        };
+        match self.buffered.get(&p).is_some_and(|b| !b.offsets.is_empty()) {
+            true => {
+                self.end_of_log.insert(p, o);
+            }
+            false => {
+                let next = self.next.entry(p).or_insert(o);
+                *next = (*next).max(o);
+            }
         }
     }
 
@@ -315,6 +343,7 @@ impl KafkaSource {
                     got += 1;
                 }
                 Err(KafkaError::PartitionEOF(p)) => {
+                    self.note_end_of_log(p);
                     // At the end of the log: a bounded run is done with the
                     // partition once everything before its end offset was read.
                     if self.end.is_some() {
@@ -359,7 +388,8 @@ impl Source for KafkaSource {
             let b = self.buffered.remove(&p).unwrap_or_default();
             let last = *b.offsets.last().expect("non-empty");
             self.last_chunk = (b.data.len(), b.offsets.len());
-            self.next.insert(p, last as i64 + 1);
+            let past_markers = self.end_of_log.remove(&p).unwrap_or(0);
+            self.next.insert(p, (last as i64 + 1).max(past_markers));
             return Ok(SourceEvent::Chunk(Chunk {
                 partition: p as u32,
                 payload: Payload::Bytes {

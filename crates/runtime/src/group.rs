@@ -130,9 +130,19 @@ fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) 
     Ok(())
 }
 
-fn add(total: &mut Stats, s: &Stats) {
-    total.records_in += s.records_in;
-    total.bytes_in += s.bytes_in;
+/// Adds task `kind`'s counters to `total`. A keyed task's input is the
+/// repartition topic, whose rows its first stage already counted (and
+/// whose lag is not the input's).
+fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
+    let reads_input = !matches!(kind, TaskKind::Keyed(_));
+    if reads_input {
+        total.records_in += s.records_in;
+        total.bytes_in += s.bytes_in;
+        total.lag = match (total.lag, s.lag) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
     total.decode_errors += s.decode_errors;
     total.dead_letters += s.dead_letters;
     total.late_rows += s.late_rows;
@@ -143,10 +153,6 @@ fn add(total: &mut Stats, s: &Stats) {
     total.state_keys += s.state_keys;
     total.commit_latency_last_ms = total.commit_latency_last_ms.max(s.commit_latency_last_ms);
     total.commit_latency_max_ms = total.commit_latency_max_ms.max(s.commit_latency_max_ms);
-    total.lag = match (total.lag, s.lag) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
-    };
 }
 
 fn is_fenced(e: &RuntimeError) -> bool {
@@ -233,7 +239,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                             continue;
                         };
                         match t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
-                            Ok(()) => add(&mut finished_once, &t.pipeline.stats),
+                            Ok(()) => add(&mut finished_once, p, &t.pipeline.stats),
                             Err(e) => warn!(task = %p, "handing over: {e}"),
                         }
                     }
@@ -300,8 +306,8 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
 
 fn report(tasks: &BTreeMap<TaskKind, Task>, handed_over: &Stats, opts: &mut RunOptions<'_>) {
     let mut total = handed_over.clone();
-    for t in tasks.values() {
-        add(&mut total, &t.pipeline.stats);
+    for (&kind, t) in tasks {
+        add(&mut total, kind, &t.pipeline.stats);
     }
     // The slowest task's: what every closed window is older than.
     total.watermark = tasks
@@ -376,17 +382,7 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
         let position = s
             .and_then(|s| s["source"]["next"][p.to_string()].as_i64())
             .or_else(|| s.and_then(|s| s["source"][&url.topic]["next"][p.to_string()].as_i64()));
-        let watermark = s
-            .and_then(|s| s["watermark"].as_i64())
-            .map_or("-".into(), |w| {
-                if w == i64::MIN {
-                    "-".into()
-                } else {
-                    let mut t = Vec::new();
-                    ubik_engine::time::write_rfc3339_micros(&mut t, w);
-                    String::from_utf8_lossy(&t).into_owned()
-                }
-            });
+        let watermark = watermark_of(s);
         let field = |name: &str| s.and_then(|s| s[name].as_i64());
         let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
         let _ = writeln!(
@@ -404,21 +400,30 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
         );
     }
     if repartitioned {
+        let mut shuffled = url.clone();
+        shuffled.topic = crate::connect::repartition_topic(group);
+        let ends =
+            ubik_kafka::admin::end_offsets(&shuffled, kafka).map_err(ConnectorError::from)?;
         let _ = writeln!(
             out,
-            "\nkeyed tasks (reading the repartition topic):\n{:<5} {:>6} {:<28} {:>10} {:>8}",
-            "task", "epoch", "watermark", "keys", "age"
+            "\nkeyed tasks (reading the repartition topic):\n{:<5} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
+            "task", "epoch", "position", "end", "lag", "watermark", "keys", "age"
         );
-        for r in 0..parts {
-            let s = summaries.get(&r);
+        for (&r, &end) in &ends {
+            let s = summaries.get(&(r as u32));
             let field = |name: &str| s.and_then(|s| s[name].as_i64());
+            let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
+            let position = s.and_then(|s| s["source"]["next"][r.to_string()].as_i64());
             let _ = writeln!(
                 out,
-                "{:<5} {:>6} {:<28} {:>10} {:>8}",
+                "{:<5} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
                 r,
-                field("epoch").map_or("-".into(), |v| v.to_string()),
+                dash(field("epoch")),
+                dash(position),
+                end,
+                dash(position.map(|at| (end - at).max(0))),
                 watermark_of(s),
-                field("state_keys").map_or("-".into(), |v| v.to_string()),
+                dash(field("state_keys")),
                 field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
             );
         }

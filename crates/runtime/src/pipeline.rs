@@ -212,6 +212,11 @@ pub struct Pipeline {
     shuffled: ShuffleBuffer,
     /// A second stage: the next source offset expected per source partition.
     shuffle_next: BTreeMap<u32, u64>,
+    /// A first stage's last progress record per source partition
+    /// (watermark, ended): one is written again only when it changed.
+    progress_sent: BTreeMap<u32, (i64, bool)>,
+    /// The source positions of the last checkpoint (or resume).
+    checkpointed_at: Option<serde_json::Value>,
     pub stats: Stats,
 }
 
@@ -345,6 +350,8 @@ impl Pipeline {
             stage,
             shuffled: ShuffleBuffer::default(),
             shuffle_next: BTreeMap::new(),
+            progress_sent: BTreeMap::new(),
+            checkpointed_at: None,
             stats: Stats::default(),
         };
         if store.is_some() {
@@ -391,6 +398,8 @@ impl Pipeline {
         let mut query = query_for(plan, self.stage)?;
         query.restore(snapshot)?;
         self.shuffled.clear();
+        self.progress_sent.clear();
+        self.checkpointed_at = Some(positions);
         self.query = query;
         self.epoch = m.epoch;
         self.consumed = m.consumed.clone();
@@ -424,6 +433,8 @@ impl Pipeline {
         }
         let mut query = query_for(self.query.plan().clone(), self.stage)?;
         self.shuffled.clear();
+        self.progress_sent.clear();
+        self.checkpointed_at = None;
         for input in &mut self.inputs {
             input.source.seek(&input.initial_position)?;
             input.ended = false;
@@ -1007,6 +1018,7 @@ impl Pipeline {
         store.write(&manifest, &state, pending_bytes.as_deref())?;
         store.truncate_idle(epoch + 1)?;
         self.epoch = epoch;
+        self.checkpointed_at = Some(position.clone());
         match self.inputs.as_mut_slice() {
             [one] => one.source.commit(&position)?,
             several => {
@@ -1030,6 +1042,34 @@ impl Pipeline {
         Ok(())
     }
 
+    /// A first stage's source partitions whose progress (watermark, ended)
+    /// changed since their last progress record.
+    fn unsent_progress(&self) -> Vec<(u32, (i64, bool))> {
+        let lateness = self.query.progress().lateness;
+        self.query
+            .progress()
+            .partitions
+            .iter()
+            .map(|(&id, p)| {
+                let upstream = id & ((1 << PARTITION_BITS) - 1);
+                (upstream, (p.watermark(lateness), p.ended))
+            })
+            .filter(|(upstream, now)| self.progress_sent.get(upstream) != Some(now))
+            .collect()
+    }
+
+    /// True when nothing happened since the last checkpoint that one would
+    /// record: the sources have not moved and a first stage has no new
+    /// progress to tell. A commit then can be skipped (an idle task would
+    /// otherwise write, and replicate, the same checkpoint at every interval).
+    pub fn quiet_since_checkpoint(&self) -> bool {
+        let progress_told = match self.stage {
+            Stage::Shuffle { .. } => self.unsent_progress().is_empty(),
+            _ => true,
+        };
+        progress_told && self.checkpointed_at.as_ref() == Some(&self.positions())
+    }
+
     /// Hands a first stage's routed records to `write` (target partition,
     /// bytes), then, with `progress`, a progress record of each of its
     /// source partitions to every target (at a commit). Stops at the first
@@ -1043,13 +1083,12 @@ impl Pipeline {
             return Ok(());
         };
         if progress {
-            let lateness = self.query.progress().lateness;
-            for (&id, p) in &self.query.progress().partitions {
-                let upstream = id & ((1 << PARTITION_BITS) - 1);
+            for (upstream, (watermark, ended)) in self.unsent_progress() {
                 for target in 0..partitions {
                     self.shuffled
-                        .push_progress(target, upstream, p.watermark(lateness), p.ended);
+                        .push_progress(target, upstream, watermark, ended);
                 }
+                self.progress_sent.insert(upstream, (watermark, ended));
             }
         }
         let mut result = Ok(());

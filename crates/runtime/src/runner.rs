@@ -223,7 +223,9 @@ impl Runner {
         // Without a checkpoint directory there is nothing to checkpoint, but
         // output is still committed promptly when the input pauses.
         let idle_flush = self.pending && step == Step::Idle && !pipeline.has_checkpoints();
-        if due || idle_flush {
+        if due && !self.pending && pipeline.quiet_since_checkpoint() {
+            self.last_commit = Instant::now();
+        } else if due || idle_flush {
             commit_epoch(pipeline, sink, &mut self.first_write)?;
             self.last_commit = Instant::now();
             self.records_at_commit = pipeline.stats.records_in;
