@@ -1316,6 +1316,55 @@ fn a_group_repartitions_an_input_not_partitioned_by_the_key() {
     group_case("regroup", false);
 }
 
+/// A lone member of a repartitioned group on a bounded input runs both
+/// stages and ends by itself once every keyed task has seen every first
+/// stage end; its records are a single process's, every version.
+#[test]
+fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
+    let Some(_broker) = serial() else { return };
+    let input = unique("lone-in");
+    create_topic(&input, 3);
+    let lines = events(20_000, 20, 9_000, 8);
+    produce_spread(&input, 3, &lines);
+    let reference_out = changelog_topic(unique("lone-ref"), 3);
+    let o = ubik_run(&input, &reference_out, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference: BTreeSet<Rec> = consume_all(&reference_out, "read_committed")
+        .into_iter()
+        .collect();
+    let output = changelog_topic(unique("lone-out"), 3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = ubik_run(
+        &input,
+        &output,
+        &["--group", &unique("lone"), "--checkpoint-every", "1500"],
+    );
+    c.arg("--checkpoint").arg(dir.path().join("ck"));
+    let mut member = spawn_logged(c);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = member.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "the lone member did not end with its input"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut err = String::new();
+    member
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{err}");
+    let committed = consume_all(&output, "read_committed");
+    assert_matches("lone member", &fold_recs(&committed), &oracle(&lines));
+    assert_same_records("lone member", &committed, &reference);
+}
+
 /// 3 members of a group on a 6-partition topic, one killed with -9 mid-run
 /// and a fourth started, another killed at a failpoint (mid-checkpoint or
 /// right after a commit) and a fifth started: the read_committed fold of the output equals the

@@ -285,8 +285,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // A bounded run ends when this member alone owns every task (the
         // others are gone); otherwise it keeps its tasks, so they do not move
         // and replay, until it is stopped.
-        if mode == Mode::Partitioned
-            && tasks.len() as u32 == tasks_total
+        if tasks.len() as u32 == tasks_total
             && opening.is_empty()
             && tasks.values().all(|t| t.finished)
         {

@@ -558,7 +558,8 @@ impl Pipeline {
             out.changes.push(b);
             return Ok(Step::Data);
         }
-        if self.finished {
+        if self.finished || self.upstream_ended() {
+            self.finished = true;
             return Ok(Step::Finished);
         }
         let several = self.inputs.len() > 1;
@@ -1040,6 +1041,16 @@ impl Pipeline {
             "checkpoint written"
         );
         Ok(())
+    }
+
+    /// A second stage whose first stages all ended (a bounded input): its
+    /// every window is closed and emitted, and nothing more will come.
+    fn upstream_ended(&self) -> bool {
+        let Stage::Shuffled { .. } = self.stage else {
+            return false;
+        };
+        let partitions = &self.query.progress().partitions;
+        !partitions.is_empty() && partitions.values().all(|p| p.ended)
     }
 
     /// A first stage's source partitions whose progress (watermark, ended)
