@@ -179,6 +179,17 @@ struct Rec {
     key: String,
     value: Option<String>,
     timestamp: Option<i64>,
+    /// (name, value) pairs in order (a dead letter's `ubik.*` facts).
+    headers: Vec<(String, String)>,
+}
+
+impl Rec {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Produces `line` to every partition of `topic` (closing windows
@@ -276,6 +287,17 @@ fn consume(topic: &str, isolation: &str, settle: bool) -> Vec<Rec> {
                 key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                 value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
                 timestamp: m.timestamp().to_millis(),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|x| {
+                                let v = x.value.unwrap_or_default();
+                                (x.key.to_string(), String::from_utf8_lossy(v).into_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             }),
             _ if done(&c) => break,
             _ => {}
@@ -1043,43 +1065,19 @@ fn dead_letters_carry_bytes_and_headers() {
     .output()
     .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("group.id", unique("dlq-reader"))
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    c.subscribe(&[&dlq]).unwrap();
-    let mut letters = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while letters.len() < 2 && Instant::now() < deadline {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            let h: BTreeMap<String, String> = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|x| {
-                            (
-                                x.key.to_string(),
-                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            letters.push((
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-                h,
-            ));
-        }
-    }
+    let letters = consume_all(&dlq, "read_committed");
     assert_eq!(letters.len(), 2);
-    assert_eq!(letters[0].0, "{not json");
-    assert_eq!(letters[0].1["ubik.reason"], "decode");
-    assert_eq!(letters[0].1["ubik.position"], "10");
-    assert_eq!(letters[0].1["ubik.position_kind"], "offset");
-    assert!(letters[0].1["ubik.source"].contains(&input));
-    assert!(letters[1].1["ubik.message"].contains("timestamp"));
+    assert_eq!(letters[0].value.as_deref(), Some("{not json"));
+    assert_eq!(letters[0].header("ubik.reason"), Some("decode"));
+    assert_eq!(letters[0].header("ubik.position"), Some("10"));
+    assert_eq!(letters[0].header("ubik.position_kind"), Some("offset"));
+    assert!(letters[0].header("ubik.source").unwrap().contains(&input));
+    assert!(
+        letters[1]
+            .header("ubik.message")
+            .unwrap()
+            .contains("timestamp")
+    );
     // fail: stops with the offset in the message.
     let o = ubik_run(&input, &unique("dlq-out2"), &[]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -1325,19 +1323,44 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
     let input = unique("lone-in");
     create_topic(&input, 3);
     let lines = events(20_000, 20, 9_000, 8);
-    produce_spread(&input, 3, &lines);
+    // Rows an hour behind every watermark at the end, past the windows'
+    // retention: late, so rejected (and left out of the oracle's input).
+    let late: Vec<String> = (0..6)
+        .map(|i| format!(r#"{{"merchant":"m00{i}","ts":"2023-12-31T23:00:0{i}Z","amount":1.5}}"#))
+        .collect();
+    produce_spread(&input, 3, &[lines.clone(), late].concat());
     let reference_out = changelog_topic(unique("lone-ref"), 3);
-    let o = ubik_run(&input, &reference_out, &[]).output().unwrap();
+    let dlq = |name: &str| -> [String; 4] {
+        [
+            "--on-error".into(),
+            "dlq".into(),
+            "--dlq".into(),
+            format!("kafka://{}/{name}", broker()),
+        ]
+    };
+    let (reference_dlq, lone_dlq) = (unique("lone-ref-dlq"), unique("lone-dlq"));
+    let o = ubik_run(
+        &input,
+        &reference_out,
+        &dlq(&reference_dlq).each_ref().map(String::as_str),
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let reference: BTreeSet<Rec> = consume_all(&reference_out, "read_committed")
         .into_iter()
         .collect();
     let output = changelog_topic(unique("lone-out"), 3);
     let dir = tempfile::tempdir().unwrap();
+    let group = unique("lone");
     let mut c = ubik_run(
         &input,
         &output,
-        &["--group", &unique("lone"), "--checkpoint-every", "1500"],
+        &[
+            &["--group", &group, "--checkpoint-every", "1500"][..],
+            &dlq(&lone_dlq).each_ref().map(String::as_str)[..],
+        ]
+        .concat(),
     );
     c.arg("--checkpoint").arg(dir.path().join("ck"));
     let mut member = spawn_logged(c);
@@ -1363,6 +1386,29 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
     let committed = consume_all(&output, "read_committed");
     assert_matches("lone member", &fold_recs(&committed), &oracle(&lines));
     assert_same_records("lone member", &committed, &reference);
+    // The rows the keyed tasks reject (late by their stamps) reach the dead
+    // letters as the single process sends them: original bytes, input
+    // partition and offset, reason.
+    let letters = |topic: &str| -> BTreeSet<(Option<String>, String, String, String)> {
+        consume_all(topic, "read_committed")
+            .into_iter()
+            .map(|r| {
+                let h = |k: &str| r.header(k).unwrap_or_default().to_string();
+                (
+                    r.value.clone(),
+                    h("ubik.reason"),
+                    h("ubik.partition"),
+                    h("ubik.position"),
+                )
+            })
+            .collect()
+    };
+    let want_letters = letters(&reference_dlq);
+    assert!(
+        want_letters.iter().any(|l| l.1 == "late"),
+        "the input has no rows late enough to be dead letters: {want_letters:?}"
+    );
+    assert_eq!(letters(&lone_dlq), want_letters, "the group's dead letters");
 }
 
 /// 3 members of a group on a 6-partition topic, one killed with -9 mid-run

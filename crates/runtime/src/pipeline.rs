@@ -1121,6 +1121,7 @@ impl Pipeline {
         self.stats.records_in += n as u64;
         let index = self.inputs[input].index;
         let mut run: Vec<&[u8]> = Vec::new();
+        let mut offsets: Vec<u64> = Vec::new();
         let mut times = Vec::new();
         let mut stamps = Vec::new();
         let mut upstream_of_run = None;
@@ -1149,6 +1150,7 @@ impl Pipeline {
                         bad.message()
                     )));
                 }
+                let before = out.rejects.len();
                 self.query.process_given(
                     partition_id(index, u),
                     &decoded.batch,
@@ -1156,7 +1158,17 @@ impl Pipeline {
                     std::mem::take(&mut stamps),
                     out,
                 )?;
+                if out.rejects.len() > before {
+                    self.dead_letter_shuffled(
+                        input,
+                        u,
+                        &run,
+                        &offsets,
+                        out.rejects.drain(before..),
+                    )?;
+                }
                 run.clear();
+                offsets.clear();
             }
             match parsed {
                 Some(ShuffleRecord::Row {
@@ -1174,6 +1186,7 @@ impl Pipeline {
                     *next = offset + 1;
                     upstream_of_run = Some(upstream);
                     run.push(record);
+                    offsets.push(offset);
                     times.push(time);
                     stamps.push(stamp);
                 }
@@ -1191,6 +1204,39 @@ impl Pipeline {
                 }
                 None => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Rows of input partition `upstream` a second stage rejected (late, by
+    /// their stamps), to the dead letters with their original bytes and
+    /// input offsets, as the one process reading the input would send them.
+    fn dead_letter_shuffled(
+        &mut self,
+        input: usize,
+        upstream: u32,
+        records: &[&[u8]],
+        offsets: &[u64],
+        rejects: impl Iterator<Item = ubik_engine::Reject>,
+    ) -> Result<()> {
+        let source = format!(
+            "{} (rows of input partition {upstream})",
+            self.inputs[input].name
+        );
+        for r in rejects {
+            self.stats.dead_letters += 1;
+            if r.reason.code() == "late" {
+                self.stats.late_rows += 1;
+            }
+            let message = r.reason.to_string();
+            self.dead_letters.write(&DeadLetter {
+                reason: r.reason.code(),
+                message: &message,
+                source: &source,
+                partition: upstream,
+                position: offsets.get(r.row).map(|&o| (o, "offset")),
+                record: records.get(r.row).copied(),
+            })?;
         }
         Ok(())
     }
