@@ -42,6 +42,9 @@ done_all() { # group input
       t==2 {k++; if ($5 != "0") behind++}
       END {exit !(n == 8 && behind == 0 && (keyed == 0 || k == 8))}'
 }
+# CPU seconds a process has used (user + system).
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+BROKER_PID=$(cat "${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/kafka-run/${UBIK_KAFKA_PORT:-39092}/kafka.pid")
 for mode in $MODES; do
   for p in $PROCS; do
     G=group-scale-$RUN-$mode-$p
@@ -49,19 +52,25 @@ for mode in $MODES; do
     partitioning=(--partitioned-by merchant)
     [[ $mode == spread ]] && partitioning=()
     s=$(date +%s.%N)
+    broker0=$(cpu "$BROKER_PID")
+    pids=()
     for i in $(seq "$p"); do
       "$UBIK" run "$Q" --table orders --from "kafka://$B/$IN?end=latest" \
         --to "kafka://$B/group-scale-out-$RUN-$mode-$p" --group "$G" "${partitioning[@]}" \
         --checkpoint "$WORK/ck-$mode-$p-$i" --checkpoint-interval 1s --threads 1 \
         --schema "merchant VARCHAR, ts TIMESTAMP, amount DOUBLE" --lateness 0s -q 2>"$WORK/$mode-$p-$i.log" &
+      pids+=($!)
     done
     until done_all "$G" "$IN" "$([[ $mode == spread ]] && echo 1 || echo 0)"; do sleep 0.3; done
     e=$(date +%s.%N)
+    ubik_cpu=0
+    for pid in "${pids[@]}"; do ubik_cpu=$(echo "$ubik_cpu + $(cpu "$pid")" | bc -l); done
+    broker_cpu=$(echo "$(cpu "$BROKER_PID") - $broker0" | bc -l)
     kill $(jobs -p) 2>/dev/null || true
     wait || true
     secs=$(echo "$e - $s" | bc -l)
-    echo "$mode $p $secs" >>"$WORK/times"
-    echo "  $mode, $p process(es): $secs s" >&2
+    echo "$mode $p $secs $ubik_cpu $broker_cpu" >>"$WORK/times"
+    echo "  $mode, $p process(es): $secs s, ubik $ubik_cpu CPU-s, broker $broker_cpu CPU-s" >&2
   done
 done
 # Bytes per event through the broker (on disk, as the producers compressed
@@ -80,16 +89,17 @@ done
 import sys
 n = int(sys.argv[1])
 rows = [l.split() for l in open(sys.argv[2])]
-rate = {(m, p): n / float(s) for m, p, s in rows}
+rate = {(m, p): n / float(s) for m, p, s, _, _ in rows}
 print(f"== {n} events, 8 partitions, Kafka to Kafka, transactional, 1 s checkpoints")
-print("| input | processes | seconds | events/s | ratio to 1 process | ratio to keyed |")
-print("|---|---|---|---|---|---|")
-for m, p, s in rows:
+print("| input | processes | seconds | events/s | ratio to 1 process | ratio to keyed | ubik events per CPU-s | broker events per CPU-s |")
+print("|---|---|---|---|---|---|---|---|")
+for m, p, s, u, b in rows:
     r = rate[(m, p)]
     one = rate.get((m, "1"))
     keyed = rate.get(("keyed", p))
-    print(f"| {m} | {p} | {float(s):.1f} | {r/1e3:.0f} K | {r/one:.2f} | {r/keyed:.2f} |" if one and keyed
-          else f"| {m} | {p} | {float(s):.1f} | {r/1e3:.0f} K | - | - |")
+    ratios = f"{r/one:.2f} | {r/keyed:.2f}" if one and keyed else "- | -"
+    per = lambda cpu: f"{n / float(cpu) / 1e3:.0f} K" if float(cpu) > 0 else "-"
+    print(f"| {m} | {p} | {float(s):.1f} | {r/1e3:.0f} K | {ratios} | {per(u)} | {per(b)} |")
 print("\n| input | topic | bytes per event (on disk, compressed) |")
 print("|---|---|---|")
 for l in open(sys.argv[3]):
