@@ -29,10 +29,18 @@ pub enum Assignment {
     Revoked(Vec<(String, u32)>),
 }
 
-/// Collects rebalance events for the run loop, and pauses what it is given.
+/// Called with the partitions a rebalance takes away, before the member
+/// gives them up: the tasks commit and checkpoint there, so their next
+/// owner starts from where they stopped (as Kafka Streams commits in
+/// `onPartitionsRevoked`).
+pub type RevokeHandler = Box<dyn FnMut(&[(String, u32)]) + Send>;
+
+/// Collects rebalance events for the run loop, pauses what it is given and
+/// hands revoked partitions to the revoke handler.
 #[derive(Default)]
 pub struct MemberContext {
     events: Mutex<Vec<Assignment>>,
+    on_revoke: Mutex<Option<RevokeHandler>>,
 }
 
 fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
@@ -52,6 +60,15 @@ impl ClientContext for MemberContext {
 }
 
 impl ConsumerContext for MemberContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance
+            && let Ok(mut handler) = self.on_revoke.lock()
+            && let Some(handler) = handler.as_mut()
+        {
+            handler(&partitions_of(tpl));
+        }
+    }
+
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let event = match rebalance {
             Rebalance::Assign(tpl) => {
@@ -114,6 +131,14 @@ impl GroupMember {
             group: group.to_string(),
             topic: url.topic.clone(),
         })
+    }
+
+    /// Installs the handler of revoked partitions ([`RevokeHandler`]). It
+    /// runs inside [`Self::poll`] and [`Self::leave`], on their thread.
+    pub fn on_revoke(&self, handler: RevokeHandler) {
+        if let Ok(mut h) = self.consumer.context().on_revoke.lock() {
+            *h = Some(handler);
+        }
     }
 
     /// The subscribed topic's partitions (one task each).

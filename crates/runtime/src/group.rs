@@ -7,7 +7,8 @@
 //! transactional producer (its id names the task, so a new owner fences the
 //! old one). Membership follows the consumer-group protocol with cooperative
 //! rebalancing: a task that is revoked commits and checkpoints before it
-//! goes; a task that arrives restores the newest checkpoint, local or
+//! goes, inside the rebalance (so its next owner starts where it stopped);
+//! a task that arrives restores the newest checkpoint, local or
 //! replicated, and replays from its position. A killed process's tasks move
 //! after the session timeout and replay what it emitted after their last
 //! replicated checkpoint, byte-identically.
@@ -22,6 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -62,6 +64,35 @@ impl Task {
             finished: false,
         })
     }
+}
+
+/// This member's open tasks, shared by the run loop and the revoke
+/// handler (which runs inside the member's poll, never concurrently).
+#[derive(Default)]
+struct Tasks {
+    open: BTreeMap<TaskKind, Task>,
+    /// Counters of tasks handed over, so the totals do not go back.
+    handed_over: Stats,
+}
+
+impl Tasks {
+    /// Commits and checkpoints task `kind`, if open here, and closes it.
+    fn hand_over(&mut self, kind: TaskKind) {
+        let Some(mut t) = self.open.remove(&kind) else {
+            return;
+        };
+        match t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
+            Ok(()) => add(&mut self.handed_over, kind, &t.pipeline.stats),
+            Err(e) => warn!(task = %kind, "handing over: {e}"),
+        }
+        let _ = t.sink.close();
+    }
+}
+
+fn lock(tasks: &Mutex<Tasks>) -> MutexGuard<'_, Tasks> {
+    // A panic while holding it ends the run anyway: the state is still
+    // the tasks', so take it.
+    tasks.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How a group splits the query into tasks.
@@ -197,9 +228,10 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
     };
     let member = GroupMember::join(&url, &also, &group, instance_id.as_deref(), &spec.kafka)
         .map_err(ConnectorError::from)?;
-    let kind_of = |topic: &str, p: u32| match mode {
+    let input_topic = url.topic.clone();
+    let kind_of = move |topic: &str, p: u32| match mode {
         Mode::Partitioned => TaskKind::Whole(p),
-        Mode::Repartitioned if topic == url.topic => TaskKind::Shuffle(p),
+        Mode::Repartitioned if topic == input_topic => TaskKind::Shuffle(p),
         Mode::Repartitioned => TaskKind::Keyed(p),
     };
     // The input's and, repartitioned, the repartition topic's partitions.
@@ -211,19 +243,34 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         interval: opts.commit_interval,
         records: opts.commit_records,
     };
-    let mut tasks: BTreeMap<TaskKind, Task> = BTreeMap::new();
+    let shared = Arc::new(Mutex::new(Tasks::default()));
+    {
+        let shared = Arc::clone(&shared);
+        let kind_of = kind_of.clone();
+        member.on_revoke(Box::new(move |ps| {
+            let kinds: Vec<TaskKind> = ps.iter().map(|(t, p)| kind_of(t, *p)).collect();
+            info!(tasks = ?kinds, "revoked: handing over");
+            let mut tasks = lock(&shared);
+            for kind in kinds {
+                tasks.hand_over(kind);
+            }
+        }));
+    }
     // Assigned, not opened yet.
     let mut opening: BTreeSet<TaskKind> = BTreeSet::new();
     let mut last_report = Instant::now();
-    let mut finished_once = Stats::default();
     loop {
         let stop = opts.stop.load(Ordering::Relaxed);
-        let wait = if opening.is_empty() && tasks.values().all(|t| t.finished) {
+        let idle = lock(&shared).open.values().all(|t| t.finished);
+        let wait = if opening.is_empty() && idle {
             Duration::from_millis(100)
         } else {
             Duration::ZERO
         };
-        for change in member.poll(wait) {
+        // Not holding the tasks: a revocation hands them over in here.
+        let changes = member.poll(wait);
+        let mut tasks = lock(&shared);
+        for change in changes {
             match change {
                 Assignment::Assigned(ps) => {
                     let kinds: Vec<TaskKind> = ps.iter().map(|(t, p)| kind_of(t, *p)).collect();
@@ -231,17 +278,9 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                     opening.extend(kinds);
                 }
                 Assignment::Revoked(ps) => {
-                    let kinds: Vec<TaskKind> = ps.iter().map(|(t, p)| kind_of(t, *p)).collect();
-                    info!(group, tasks = ?kinds, "revoked: handing over");
-                    for p in kinds {
-                        opening.remove(&p);
-                        let Some(mut t) = tasks.remove(&p) else {
-                            continue;
-                        };
-                        match t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
-                            Ok(()) => add(&mut finished_once, p, &t.pipeline.stats),
-                            Err(e) => warn!(task = %p, "handing over: {e}"),
-                        }
+                    // Handed over already, unless it was still opening.
+                    for (t, p) in ps {
+                        opening.remove(&kind_of(&t, p));
                     }
                 }
             }
@@ -249,20 +288,29 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // One task opens per round (restoring takes a while), so the member
         // keeps serving the group protocol and can give tasks back at once.
         if !stop && let Some(p) = opening.pop_first() {
-            tasks.insert(p, Task::open(spec, p, partitions)?);
+            match Task::open(spec, p, partitions) {
+                Ok(t) => {
+                    tasks.open.insert(p, t);
+                }
+                Err(e) => {
+                    // Dropped, not handed over: the run ends with the error.
+                    tasks.open.clear();
+                    return Err(e);
+                }
+            }
         }
         if stop {
-            for (p, t) in &mut tasks {
-                if let Err(e) = t.runner.hand_over(&mut t.pipeline, t.sink.as_mut()) {
-                    warn!(task = %p, "stopping: {e}");
-                }
-                let _ = t.sink.close();
+            let kinds: Vec<TaskKind> = tasks.open.keys().copied().collect();
+            for kind in kinds {
+                tasks.hand_over(kind);
             }
+            drop(tasks);
             member.leave();
             return Ok(RunEnd::Stopped);
         }
         let mut fenced = Vec::new();
-        for (&p, t) in tasks.iter_mut().filter(|(_, t)| !t.finished) {
+        let mut failed = None;
+        for (&p, t) in tasks.open.iter_mut().filter(|(_, t)| !t.finished) {
             match t
                 .runner
                 .turn(&mut t.pipeline, t.sink.as_mut(), cadence, false)
@@ -276,40 +324,50 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                     warn!(task = %p, "another process took the task over: {e}");
                     fenced.push(p);
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
+        if let Some(e) = failed {
+            tasks.open.clear();
+            return Err(e);
+        }
         for p in fenced {
-            tasks.remove(&p);
+            tasks.open.remove(&p);
         }
         // A bounded run ends when this member alone owns every task (the
         // others are gone); otherwise it keeps its tasks, so they do not move
         // and replay, until it is stopped.
-        if tasks.len() as u32 == tasks_total
+        if tasks.open.len() as u32 == tasks_total
             && opening.is_empty()
-            && tasks.values().all(|t| t.finished)
+            && tasks.open.values().all(|t| t.finished)
         {
-            for t in tasks.values_mut() {
+            report(&tasks, &mut opts);
+            // Closed, so leaving (a revocation) has nothing to hand over.
+            for (_, mut t) in std::mem::take(&mut tasks.open) {
                 let _ = t.sink.close();
             }
-            report(&tasks, &finished_once, &mut opts);
+            drop(tasks);
             member.leave();
             return Ok(RunEnd::Finished);
         }
         if last_report.elapsed() >= opts.report_every {
-            report(&tasks, &finished_once, &mut opts);
+            report(&tasks, &mut opts);
             last_report = Instant::now();
         }
     }
 }
 
-fn report(tasks: &BTreeMap<TaskKind, Task>, handed_over: &Stats, opts: &mut RunOptions<'_>) {
-    let mut total = handed_over.clone();
-    for (&kind, t) in tasks {
+fn report(tasks: &Tasks, opts: &mut RunOptions<'_>) {
+    let mut total = tasks.handed_over.clone();
+    for (&kind, t) in &tasks.open {
         add(&mut total, kind, &t.pipeline.stats);
     }
     // The slowest task's: what every closed window is older than.
     total.watermark = tasks
+        .open
         .values()
         .map(|t| t.pipeline.stats.watermark)
         .min()

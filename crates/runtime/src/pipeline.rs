@@ -558,8 +558,7 @@ impl Pipeline {
             out.changes.push(b);
             return Ok(Step::Data);
         }
-        if self.finished || self.upstream_ended() {
-            self.finished = true;
+        if self.finished {
             return Ok(Step::Finished);
         }
         let several = self.inputs.len() > 1;
@@ -609,6 +608,15 @@ impl Pipeline {
                 } else {
                     Step::Data
                 }
+            }
+            // Caught up after every first stage ended, past the last
+            // transaction marker too (the position is the log's end, so
+            // the last checkpoint shows no lag).
+            SourceEvent::Idle
+                if self.upstream_ended() && self.inputs[i].source.lag() == Some(0) =>
+            {
+                self.finished = true;
+                Step::Finished
             }
             SourceEvent::Idle => {
                 self.on_idle(out)?;
