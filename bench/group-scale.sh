@@ -38,7 +38,7 @@ Q="SELECT merchant, TUMBLE(ts, INTERVAL '1 MINUTE') AS w, count(*) AS n, sum(amo
 # second) are 0.
 done_all() { # group input
   "$UBIK" status --group "$1" --from "kafka://$B/$2" 2>/dev/null |
-    awk -v keyed="$3" '/^task /{t++; next} NF==0 {next} t==1 {n++; if ($6 != "0") behind++}
+    awk -v keyed="$3" '/^task /{t++; next} $1 !~ /^[0-9]+$/ {next} t==1 {n++; if ($6 != "0") behind++}
       t==2 {k++; if ($5 != "0") behind++}
       END {exit !(n == 8 && behind == 0 && (keyed == 0 || k == 8))}'
 }

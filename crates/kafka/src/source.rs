@@ -13,6 +13,7 @@ use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use serde_json::json;
 use tracing::warn;
 use ubik_connector::{
@@ -57,7 +58,12 @@ pub struct SourceContext;
 
 impl ClientContext for SourceContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        // The end of a partition is news for the poll loop, not a warning
+        // (librdkafka reports it as a partition's and as a global error).
+        if !matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        ) {
             warn!("librdkafka: {error}: {reason}");
         }
     }

@@ -39,6 +39,9 @@ use crate::spec::{Endpoint, PipelineSpec, SinkSpec};
 /// Poll wait of a task's source: several tasks share the thread.
 const TASK_POLL: Duration = Duration::from_millis(20);
 
+/// How many assigned tasks open side by side in one round of the loop.
+const OPEN_AT_ONCE: usize = 8;
+
 struct Task {
     pipeline: Pipeline,
     sink: Box<dyn Sink>,
@@ -285,17 +288,42 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                 }
             }
         }
-        // One task opens per round (restoring takes a while), so the member
-        // keeps serving the group protocol and can give tasks back at once.
-        if !stop && let Some(p) = opening.pop_first() {
-            match Task::open(spec, p, partitions) {
-                Ok(t) => {
-                    tasks.open.insert(p, t);
-                }
-                Err(e) => {
-                    // Dropped, not handed over: the run ends with the error.
-                    tasks.open.clear();
-                    return Err(e);
+        // Assigned tasks open side by side (each waits on the broker: a
+        // transactional producer's initialisation, a restore), a few per
+        // round, so the member soon serves the group protocol again.
+        if !stop && !opening.is_empty() {
+            let batch: Vec<TaskKind> = (0..OPEN_AT_ONCE)
+                .map_while(|_| opening.pop_first())
+                .collect();
+            let copies = batch
+                .iter()
+                .map(|&kind| Ok((kind, spec.group_copy()?)))
+                .collect::<Result<Vec<_>>>()?;
+            let opened: Vec<(TaskKind, Result<Task>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = copies
+                    .into_iter()
+                    .map(|(kind, spec)| {
+                        s.spawn(move || (kind, Task::open(&spec, kind, partitions)))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            });
+            for (kind, t) in opened {
+                match t {
+                    Ok(t) => {
+                        tasks.open.insert(kind, t);
+                    }
+                    Err(e) => {
+                        // Dropped, not handed over: the run ends with the error.
+                        tasks.open.clear();
+                        return Err(e);
+                    }
                 }
             }
         }

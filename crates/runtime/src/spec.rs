@@ -316,19 +316,38 @@ impl PipelineSpec {
     /// The spec of task `task` of a group: partition `task` of every
     /// (Kafka) source, its own checkpoint directory under the group's.
     pub fn for_task(&self, task: u32) -> Result<PipelineSpec> {
+        self.derived(
+            |url| {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}assign={task}")
+            },
+            |dir| dir.join(format!("task-{task}")),
+        )
+    }
+
+    /// A copy of a group's spec, to open a task on another thread.
+    pub fn group_copy(&self) -> Result<PipelineSpec> {
+        self.derived(|url| url.to_string(), |dir| dir.to_path_buf())
+    }
+
+    /// This spec with each Kafka source's URL and the checkpoint directory
+    /// mapped; refused unless every source is a kafka:// topic and the dead
+    /// letters go to stderr or Kafka (what a group's tasks can share).
+    fn derived(
+        &self,
+        url_of: impl Fn(&str) -> String,
+        checkpoint_of: impl Fn(&std::path::Path) -> PathBuf,
+    ) -> Result<PipelineSpec> {
         let sources = self
             .sources
             .iter()
             .map(|s| match &s.endpoint {
-                Endpoint::Kafka(url) => {
-                    let sep = if url.contains('?') { '&' } else { '?' };
-                    Ok(SourceSpec {
-                        table: s.table.clone(),
-                        endpoint: Endpoint::Kafka(format!("{url}{sep}assign={task}")),
-                        schema: s.schema.clone(),
-                        format: s.format,
-                    })
-                }
+                Endpoint::Kafka(url) => Ok(SourceSpec {
+                    table: s.table.clone(),
+                    endpoint: Endpoint::Kafka(url_of(url)),
+                    schema: s.schema.clone(),
+                    format: s.format,
+                }),
                 other => Err(RuntimeError::Config(format!(
                     "a consumer group shares Kafka partitions; source {other:?} is not a kafka:// topic"
                 ))),
@@ -349,10 +368,7 @@ impl PipelineSpec {
             sink: self.sink.clone(),
             dead_letters,
             settings: self.settings.clone(),
-            checkpoint: self
-                .checkpoint
-                .as_ref()
-                .map(|d| d.join(format!("task-{task}"))),
+            checkpoint: self.checkpoint.as_deref().map(checkpoint_of),
             kafka: self.kafka.clone(),
             group: self.group.clone(),
         })
