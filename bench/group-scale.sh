@@ -81,7 +81,7 @@ for mode in $MODES; do
   G=group-scale-$RUN-$mode-$p
   for t in "group-scale-$mode-$RUN:input" "$G-ubik-repartition:repartition" \
     "group-scale-out-$RUN-$mode-$p:output" "$G-ubik-checkpoints:checkpoints"; do
-    bytes=$(du -scb "$DATA/${t%%:*}"-[0-9]* 2>/dev/null | tail -1 | cut -f1)
+    bytes=$( (du -scb "$DATA/${t%%:*}"-[0-9]* 2>/dev/null || true) | tail -1 | cut -f1)
     echo "$mode ${t##*:} ${bytes:-0}" >>"$WORK/bytes"
   done
 done
