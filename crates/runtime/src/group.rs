@@ -36,8 +36,13 @@ use crate::pipeline::{Pipeline, Stats};
 use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
 use crate::spec::{Endpoint, PipelineSpec, SinkSpec};
 
-/// Poll wait of a task's source: several tasks share the thread.
-const TASK_POLL: Duration = Duration::from_millis(20);
+/// Poll wait of a task's source: none, as several tasks share the thread
+/// (one waiting would hold up the others); a round in which no task had
+/// anything waits in the member's poll instead ([`IDLE_ROUND`]).
+const TASK_POLL: Duration = Duration::ZERO;
+
+/// How long the loop waits after a round in which no task read a record.
+const IDLE_ROUND: Duration = Duration::from_millis(10);
 
 /// How many assigned tasks open side by side in one round of the loop.
 const OPEN_AT_ONCE: usize = 8;
@@ -261,12 +266,16 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
     }
     // Assigned, not opened yet.
     let mut opening: BTreeSet<TaskKind> = BTreeSet::new();
+    // Whether the last round's tasks read anything.
+    let mut progressed = true;
     let mut last_report = Instant::now();
     loop {
         let stop = opts.stop.load(Ordering::Relaxed);
         let idle = lock(&shared).open.values().all(|t| t.finished);
         let wait = if opening.is_empty() && idle {
             Duration::from_millis(100)
+        } else if opening.is_empty() && !progressed {
+            IDLE_ROUND
         } else {
             Duration::ZERO
         };
@@ -336,6 +345,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             member.leave();
             return Ok(RunEnd::Stopped);
         }
+        let read_before = records_read(&tasks);
         let mut fenced = Vec::new();
         let mut failed = None;
         for (&p, t) in tasks.open.iter_mut().filter(|(_, t)| !t.finished) {
@@ -362,6 +372,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             tasks.open.clear();
             return Err(e);
         }
+        progressed = records_read(&tasks) != read_before;
         for p in fenced {
             tasks.open.remove(&p);
         }
@@ -386,6 +397,15 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             last_report = Instant::now();
         }
     }
+}
+
+/// Records the open tasks have read so far.
+fn records_read(tasks: &Tasks) -> u64 {
+    tasks
+        .open
+        .values()
+        .map(|t| t.pipeline.stats.records_in)
+        .sum()
 }
 
 fn report(tasks: &Tasks, opts: &mut RunOptions<'_>) {
