@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -137,15 +136,21 @@ fn futures_executor_block_on<F: std::future::Future>(f: F) -> F::Output {
     rt.block_on(f)
 }
 
-/// Produces `lines` keyed by merchant (so they spread over partitions),
-/// in order per partition.
-fn produce(topic: &str, lines: &[String]) {
-    let p: BaseProducer = ClientConfig::new()
+/// An idempotent producer to the test broker (records in order per
+/// partition, none twice).
+fn test_producer() -> BaseProducer {
+    ClientConfig::new()
         .set("bootstrap.servers", broker())
         .set("enable.idempotence", "true")
         .set("linger.ms", "5")
         .create()
-        .unwrap();
+        .unwrap()
+}
+
+/// Produces `lines` keyed by merchant (so they spread over partitions),
+/// in order per partition.
+fn produce(topic: &str, lines: &[String]) {
+    let p = test_producer();
     for l in lines {
         let key = serde_json::from_str::<serde_json::Value>(l)
             .ok()
@@ -549,11 +554,7 @@ fn temporal_join_of_two_topics_equals_oracle() {
 /// Produces keyed versions with explicit record timestamps, in order, on
 /// partition 0; a `None` value is a tombstone (the key is deleted).
 fn produce_versions(topic: &str, versions: &[(String, Option<String>, i64)]) {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
+    let p = test_producer();
     for (key, value, ts) in versions {
         let mut rec = BaseRecord::<[u8], [u8]>::to(topic)
             .key(key.as_bytes())
@@ -927,13 +928,7 @@ fn kill_until_done(
         let started = Instant::now();
         while started.elapsed() < wait {
             if let Some(s) = child.try_wait().unwrap() {
-                let mut err = String::new();
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
+                let err = child_stderr(&mut child);
                 assert!(s.success(), "{what}: run failed: {err}");
                 // Every run before this one was killed.
                 return run;
@@ -1099,11 +1094,7 @@ fn broker_sh(cmd: &str) {
 fn stop_and_log(child: &mut Child) -> String {
     let _ = child.kill();
     let _ = child.wait();
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    err
+    child_stderr(child)
 }
 
 /// Waits until `topic` holds at least `n` committed records.
@@ -1212,8 +1203,7 @@ fn broker_restart_sigterm_drain_and_fencing() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let mut err = String::new();
-    a.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let err = child_stderr(&mut a);
     assert!(
         !status.success() && err.contains("took over"),
         "{status:?}: {err}"
@@ -1285,12 +1275,7 @@ fn group_member(
 /// Produces `lines` round-robin over `partitions`: a merchant's rows are in
 /// every partition, so the input is not partitioned by the query's key.
 fn produce_spread(topic: &str, partitions: i32, lines: &[String]) {
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
+    let p = test_producer();
     for (i, l) in lines.iter().enumerate() {
         send_waiting(
             &p,
@@ -1375,13 +1360,7 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    let mut err = String::new();
-    member
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = child_stderr(&mut member);
     assert!(status.success(), "{err}");
     let committed = consume_all(&output, "read_committed");
     assert_matches("lone member", &fold_recs(&committed), &oracle(&lines));

@@ -134,13 +134,7 @@ fn kill_9_while_clients_post_loses_no_acknowledged_event() {
             .unwrap();
         let status = child.wait().unwrap();
         if round == 4 {
-            let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            let err = child_stderr(&mut child);
             assert!(status.success(), "{err}");
         }
         outputs.push(out);

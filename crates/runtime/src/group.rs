@@ -473,6 +473,7 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
             .filter(|s| s["source"]["topic"].as_str() == Some(url.topic.as_str()))
     };
     let repartitioned = (0..parts).any(|p| first_stage(p).is_some());
+    let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
     let watermark_of = |s: Option<&serde_json::Value>| {
         s.and_then(|s| s["watermark"].as_i64())
             .filter(|&w| w != i64::MIN)
@@ -489,7 +490,6 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
             .or_else(|| s.and_then(|s| s["source"][&url.topic]["next"][p.to_string()].as_i64()));
         let watermark = watermark_of(s);
         let field = |name: &str| s.and_then(|s| s[name].as_i64());
-        let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
         let _ = writeln!(
             out,
             "{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
@@ -517,7 +517,6 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
         for (&r, &end) in &ends {
             let s = summaries.get(&(r as u32));
             let field = |name: &str| s.and_then(|s| s[name].as_i64());
-            let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
             let position = s.and_then(|s| s["source"]["next"][r.to_string()].as_i64());
             let _ = writeln!(
                 out,
