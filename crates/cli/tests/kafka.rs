@@ -1439,16 +1439,25 @@ fn group_case(name: &str, partitioned: bool) {
         )
     };
     let mut members: Vec<Running> = (0..3).map(member).collect();
+    let log = |i: usize| std::fs::read_to_string(dir.path().join(format!("log{i}"))).unwrap();
     // Killed mid-run: its tasks move to the others after the session
-    // timeout and replay from their last replicated checkpoint.
+    // timeout and replay from their last replicated checkpoint. At 4 s at
+    // the earliest, and once it runs a task (the group's first rebalances
+    // can take longer on a loaded machine), plus a second of work.
+    let started = Instant::now();
     std::thread::sleep(Duration::from_millis(4_000));
+    while !log(0).contains("task started") && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if started.elapsed() > Duration::from_millis(4_100) {
+        std::thread::sleep(Duration::from_millis(1_000));
+    }
     assert!(
         members[0].try_wait().unwrap().is_none(),
         "a member exited before the kill"
     );
     members[0].kill().unwrap();
     members[0].wait().unwrap();
-    let log = |i: usize| std::fs::read_to_string(dir.path().join(format!("log{i}"))).unwrap();
     assert!(
         log(0).contains("task started"),
         "the killed member had no task:\n{}",

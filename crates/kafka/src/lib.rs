@@ -16,6 +16,7 @@
 //!   each task's checkpoints replicated to a compacted topic.
 
 pub mod admin;
+mod batch;
 pub mod config;
 pub mod dead_letters;
 pub mod error;

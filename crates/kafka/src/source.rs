@@ -12,7 +12,6 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use serde_json::json;
 use tracing::warn;
@@ -21,6 +20,7 @@ use ubik_connector::{
 };
 
 use crate::admin::{METADATA_TIMEOUT, partitions};
+use crate::batch::ConsumerQueue;
 use crate::config::{Bound, KafkaUrl};
 use crate::error::Error;
 use crate::purge::Purger;
@@ -73,6 +73,8 @@ impl ConsumerContext for SourceContext {}
 
 pub struct KafkaSource {
     url: KafkaUrl,
+    /// Declared before `consumer`: dropped first, as librdkafka wants.
+    queue: ConsumerQueue,
     consumer: BaseConsumer<SourceContext>,
     partitions: Vec<i32>,
     /// Next offset to return, per partition: the source position.
@@ -162,8 +164,11 @@ impl KafkaSource {
             }
             parts.retain(|p| only.contains(p));
         }
+        let queue = ConsumerQueue::of(&consumer)
+            .ok_or_else(|| Error::Config("librdkafka gave the consumer no queue".into()))?;
         let mut source = Self {
             url,
+            queue,
             consumer,
             partitions: parts,
             next: BTreeMap::new(),
@@ -285,82 +290,80 @@ impl KafkaSource {
     /// At the end of a partition's log the consumer stands past the records
     /// a read_committed reader skips (transaction markers, aborted records),
     /// which the position then covers too: a caught-up source is at the
-    /// log's end, and its lag is 0.
-    fn note_end_of_log(&mut self, p: i32) {
-        let Ok(at) = self.consumer.position() else {
-            return;
-        };
-        let Some(Offset::Offset(o)) = at.find_partition(&self.url.topic, p).map(|e| e.offset())
-        else {
-            return;
-        };
+    /// log's end, and its lag is 0. `at` is the end-of-partition notice's
+    /// offset: where the next fetch starts. (Not the consumer's position:
+    /// a batch read moves that one past the notice's offset.)
+    fn note_end_of_log(&mut self, p: i32, at: i64) {
         match self.buffered.get(&p).is_some_and(|b| !b.offsets.is_empty()) {
             true => {
-                self.end_of_log.insert(p, o);
+                self.end_of_log.insert(p, at);
             }
             false => {
-                let next = self.next.entry(p).or_insert(o);
-                *next = (*next).max(o);
+                let next = self.next.entry(p).or_insert(at);
+                *next = (*next).max(at);
             }
         }
     }
 
     /// Pulls messages from librdkafka into the per-partition buffers.
     fn fetch(&mut self, max_records: usize, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        let mut got = 0;
-        while got < max_records {
-            let wait = if got == 0 {
-                deadline.saturating_duration_since(Instant::now())
-            } else {
-                Duration::ZERO
-            };
-            let Some(result) = self.consumer.poll(wait) else {
-                break;
-            };
-            match result {
-                Ok(m) => {
-                    let p = m.partition();
-                    let offset = m.offset();
-                    if let Some(end) = &self.end
-                        && offset >= end[&p]
-                    {
-                        self.mark_ended(p);
-                        continue;
-                    }
-                    let last_chunk = self.last_chunk;
-                    let b = self
-                        .buffered
-                        .entry(p)
-                        .or_insert_with(|| Buffered::sized_like(last_chunk));
-                    let start = b.data.len();
-                    match (m.payload(), m.key()) {
-                        (None, Some(key)) => {
-                            b.meta.deletions.push(b.offsets.len() as u32);
-                            b.data.extend_from_slice(key);
-                        }
-                        (payload, _) => b.data.extend_from_slice(payload.unwrap_or_default()),
-                    }
-                    b.spans.push(start..b.data.len());
-                    b.offsets.push(offset as u64);
-                    b.meta
-                        .timestamps
-                        .push(m.timestamp().to_millis().unwrap_or(0));
-                    got += 1;
+        let mut past_end = Vec::new();
+        let mut at_end_of_log = Vec::new();
+        let mut error = None;
+        let Self {
+            queue,
+            end,
+            buffered,
+            last_chunk,
+            ..
+        } = self;
+        queue.read(max_records, timeout, |m| {
+            match m.error {
+                None => {}
+                Some(RDKafkaErrorCode::PartitionEOF) => {
+                    return at_end_of_log.push((m.partition, m.offset));
                 }
-                Err(KafkaError::PartitionEOF(p)) => {
-                    self.note_end_of_log(p);
-                    // At the end of the log: a bounded run is done with the
-                    // partition once everything before its end offset was read.
-                    if self.end.is_some() {
-                        self.mark_ended(p);
-                    }
-                }
-                Err(e) => {
-                    self.warn_rate_limited(format!("kafka consumer: {e}"));
-                    break;
+                Some(code) => {
+                    error.get_or_insert(code);
+                    return;
                 }
             }
+            if let Some(end) = end
+                && m.offset >= end[&m.partition]
+            {
+                return past_end.push(m.partition);
+            }
+            let b = buffered
+                .entry(m.partition)
+                .or_insert_with(|| Buffered::sized_like(*last_chunk));
+            let start = b.data.len();
+            match (m.payload, m.key) {
+                (None, Some(key)) => {
+                    b.meta.deletions.push(b.offsets.len() as u32);
+                    b.data.extend_from_slice(key);
+                }
+                (payload, _) => b.data.extend_from_slice(payload.unwrap_or_default()),
+            }
+            b.spans.push(start..b.data.len());
+            b.offsets.push(m.offset as u64);
+            b.meta.timestamps.push(m.timestamp_ms);
+        });
+        for p in past_end {
+            self.mark_ended(p);
+        }
+        for (p, at) in at_end_of_log {
+            self.note_end_of_log(p, at);
+            // At the end of the log: a bounded run is done with the
+            // partition once everything before its end offset was read.
+            if self.end.is_some() {
+                self.mark_ended(p);
+            }
+        }
+        if let Some(code) = error {
+            self.warn_rate_limited(format!(
+                "kafka consumer: {}",
+                KafkaError::MessageConsumption(code)
+            ));
         }
         Ok(())
     }

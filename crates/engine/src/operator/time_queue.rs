@@ -1,46 +1,83 @@
 //! [`TimeQueue`]: entries popped in (time, entry) order, cheap when they
-//! arrive nearly in order, as a stream's rows do.
+//! arrive as a few interleaved in-order streams, as the rows of several
+//! input partitions do (each partition's rows nearly in time order, one
+//! partition's chunk after another's).
 //!
-//! An entry not before the last in-order one goes to a FIFO (O(1) push and
-//! pop); only an out-of-order one goes to a binary heap. A pop takes the
-//! smaller of the two fronts, so the order is exactly a heap's.
+//! An entry goes to the first of up to [`MAX_RUNS`] FIFO runs whose last
+//! entry is not after it (O(1) push and pop; each run stays sorted); only an
+//! entry no run takes goes to a binary heap. A pop takes the smallest of the
+//! fronts, so the order is exactly a heap's.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+/// Sorted runs kept at most: one per interleaved input partition is enough
+/// for the heap to stay empty; a pop compares every run's front.
+const MAX_RUNS: usize = 8;
+
 #[derive(Debug, Default)]
 pub struct TimeQueue {
-    in_order: VecDeque<(i64, u32)>,
+    runs: Vec<VecDeque<(i64, u32)>>,
+    /// The run pushed to last: the next entry most likely belongs there too.
+    last: usize,
     late: BinaryHeap<Reverse<(i64, u32)>>,
+}
+
+/// Where the smallest entry is.
+#[derive(Clone, Copy, PartialEq)]
+enum Front {
+    Run(usize),
+    Late,
 }
 
 impl TimeQueue {
     pub fn push(&mut self, time: i64, entry: u32) {
         let item = (time, entry);
-        if self.in_order.back().is_none_or(|&last| last <= item) {
-            self.in_order.push_back(item);
+        let fits = |run: &VecDeque<(i64, u32)>| run.back().is_none_or(|&last| last <= item);
+        if let Some(run) = self.runs.get_mut(self.last)
+            && fits(run)
+        {
+            return run.push_back(item);
+        }
+        if let Some(i) = self.runs.iter().position(fits) {
+            self.last = i;
+            return self.runs[i].push_back(item);
+        }
+        if self.runs.len() < MAX_RUNS {
+            self.last = self.runs.len();
+            self.runs.push(VecDeque::from([item]));
         } else {
             self.late.push(Reverse(item));
         }
     }
 
+    fn front(&self) -> Option<((i64, u32), Front)> {
+        let mut best = self.late.peek().map(|&Reverse(item)| (item, Front::Late));
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(&item) = run.front()
+                && best.is_none_or(|(b, _)| item < b)
+            {
+                best = Some((item, Front::Run(i)));
+            }
+        }
+        best
+    }
+
     /// The smallest entry, if any.
     pub fn peek(&self) -> Option<(i64, u32)> {
-        match (self.in_order.front(), self.late.peek()) {
-            (Some(&a), Some(&Reverse(b))) => Some(a.min(b)),
-            (Some(&a), None) => Some(a),
-            (None, Some(&Reverse(b))) => Some(b),
-            (None, None) => None,
-        }
+        self.front().map(|(item, _)| item)
     }
 
     /// Pops every entry whose time is before `bound`, in order.
     pub fn pop_before(&mut self, bound: i64, mut each: impl FnMut(i64, u32)) {
-        while let Some((t, e)) = self.peek().filter(|&(t, _)| t < bound) {
-            if self.in_order.front() == Some(&(t, e)) {
-                self.in_order.pop_front();
-            } else {
-                self.late.pop();
+        while let Some(((t, e), at)) = self.front().filter(|&((t, _), _)| t < bound) {
+            match at {
+                Front::Run(i) => {
+                    self.runs[i].pop_front();
+                }
+                Front::Late => {
+                    self.late.pop();
+                }
             }
             each(t, e);
         }
@@ -49,11 +86,12 @@ impl TimeQueue {
     /// Renumbers entries by `map` (increasing, so order holds), dropping
     /// those it maps to `None`.
     pub fn renumber(&mut self, map: impl Fn(u32) -> Option<u32>) {
-        self.in_order = self
-            .in_order
-            .drain(..)
-            .filter_map(|(t, e)| Some((t, map(e)?)))
-            .collect();
+        for run in &mut self.runs {
+            *run = run
+                .drain(..)
+                .filter_map(|(t, e)| Some((t, map(e)?)))
+                .collect();
+        }
         self.late = self
             .late
             .drain()
@@ -96,6 +134,30 @@ mod tests {
             assert_eq!(got, want, "bound {bound}");
         }
         assert_eq!(q.peek(), None);
+    }
+
+    #[test]
+    fn interleaved_partitions_keep_the_heap_empty_and_pop_in_order() {
+        let mut q = TimeQueue::default();
+        let mut heap = BinaryHeap::new();
+        let mut e = 0u32;
+        // Four partitions, each in time order, read one chunk of 100 rows
+        // after another; partition p runs p * 37 behind.
+        for chunk in 0..50i64 {
+            for p in 0..4i64 {
+                for r in 0..100i64 {
+                    let t = (chunk * 100 + r) * 10 - p * 37;
+                    q.push(t, e);
+                    heap.push(Reverse((t, e)));
+                    e += 1;
+                }
+            }
+        }
+        assert!(q.late.is_empty(), "{} entries fell back to the heap", q.late.len());
+        let mut got = Vec::new();
+        q.pop_before(i64::MAX, |t, e| got.push((t, e)));
+        let want: Vec<_> = std::iter::from_fn(|| heap.pop().map(|Reverse(x)| x)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
