@@ -153,7 +153,11 @@ mod tests {
                 }
             }
         }
-        assert!(q.late.is_empty(), "{} entries fell back to the heap", q.late.len());
+        assert!(
+            q.late.is_empty(),
+            "{} entries fell back to the heap",
+            q.late.len()
+        );
         let mut got = Vec::new();
         q.pop_before(i64::MAX, |t, e| got.push((t, e)));
         let want: Vec<_> = std::iter::from_fn(|| heap.pop().map(|Reverse(x)| x)).collect();
