@@ -1208,6 +1208,13 @@ fn broker_restart_sigterm_drain_and_fencing() {
         !status.success() && err.contains("took over"),
         "{status:?}: {err}"
     );
+    // The outage was logged through ubik's log, not librdkafka's own stderr
+    // printer ("%3|1733140000.123|FAIL|rdkafka#consumer-1| ..."), which a
+    // batch-reading consumer would otherwise fall back to.
+    assert!(
+        err.contains("librdkafka: ") && !err.lines().any(|l| l.starts_with('%')),
+        "librdkafka's log lines bypassed ubik's log:\n{err}"
+    );
 
     // SIGTERM drains: exit 0 with output committed.
     std::thread::sleep(Duration::from_secs(2));

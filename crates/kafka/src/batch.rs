@@ -4,13 +4,20 @@
 //! a freshly allocated `Arc`, with two clock reads and an event round trip:
 //! about a fifth of a Kafka-to-Kafka pass-through's CPU. A batch read costs
 //! that once per call; per message only librdkafka's own queue work remains.
+//!
+//! A batch read serves librdkafka's log lines (and its global errors, which
+//! it logs) with librdkafka's own stderr printer instead of returning them as
+//! events, so the queue routes them to a log queue of its own, drained into
+//! `tracing` at each read.
 
+use std::ffi::{CStr, c_char, c_int};
 use std::ptr::NonNull;
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::types::RDKafkaErrorCode;
+use tracing::{debug, info, warn};
 
 /// One message of a batch, borrowed until the batch is released.
 pub(crate) struct Received<'a> {
@@ -27,12 +34,14 @@ pub(crate) struct Received<'a> {
 /// The consumer's queue (the main queue is forwarded to it: errors and
 /// notices arrive there too). Drop it before the consumer it came from.
 pub(crate) struct ConsumerQueue {
+    client: NonNull<rd::rd_kafka_t>,
     queue: NonNull<rd::rd_kafka_queue_t>,
+    logs: NonNull<rd::rd_kafka_queue_t>,
     batch: Vec<*mut rd::rd_kafka_message_t>,
 }
 
-// SAFETY: librdkafka queues are thread-safe; the message pointers in `batch`
-// are only held during `read` and never shared.
+// SAFETY: librdkafka handles and queues are thread-safe; the message
+// pointers in `batch` are only held during `read` and never shared.
 unsafe impl Send for ConsumerQueue {}
 
 /// Messages asked for per librdkafka call.
@@ -43,13 +52,55 @@ impl ConsumerQueue {
     /// main queue to it); `None` without one.
     pub fn of<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<Self> {
         use rdkafka::consumer::Consumer;
-        // SAFETY: the client pointer is valid while `consumer` lives; the
-        // returned reference is released in `Drop`, before the consumer.
-        let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };
-        NonNull::new(queue).map(|queue| Self {
+        let client = NonNull::new(consumer.client().native_ptr())?;
+        // SAFETY: the client is valid while `consumer` lives; the returned
+        // references are released in `Drop`, before the consumer.
+        let queue = NonNull::new(unsafe { rd::rd_kafka_queue_get_consumer(client.as_ptr()) })?;
+        let Some(logs) = NonNull::new(unsafe { rd::rd_kafka_queue_new(client.as_ptr()) }) else {
+            unsafe { rd::rd_kafka_queue_destroy(queue.as_ptr()) };
+            return None;
+        };
+        // SAFETY: both handles are valid; rdkafka created the client with
+        // `log.queue`, so log lines go where this says.
+        unsafe { rd::rd_kafka_set_log_queue(client.as_ptr(), logs.as_ptr()) };
+        Some(Self {
+            client,
             queue,
+            logs,
             batch: Vec::with_capacity(BATCH),
         })
+    }
+
+    /// Passes librdkafka's queued log lines to `tracing`.
+    fn drain_logs(&mut self) {
+        loop {
+            // SAFETY: a valid queue; a returned event is destroyed below.
+            let event = unsafe { rd::rd_kafka_queue_poll(self.logs.as_ptr(), 0) };
+            if event.is_null() {
+                return;
+            }
+            let (mut fac, mut text, mut level): (*const c_char, *const c_char, c_int) =
+                (std::ptr::null(), std::ptr::null(), 0);
+            // SAFETY: a valid event; on success the strings live as long as it.
+            let logged = unsafe { rd::rd_kafka_event_log(event, &mut fac, &mut text, &mut level) };
+            if logged == 0 && !fac.is_null() && !text.is_null() {
+                // SAFETY: NUL-terminated strings owned by the event.
+                let (fac, text) = unsafe {
+                    (
+                        CStr::from_ptr(fac).to_string_lossy(),
+                        CStr::from_ptr(text).to_string_lossy(),
+                    )
+                };
+                // Syslog levels; the source retries what librdkafka calls errors.
+                match level {
+                    ..=4 => warn!("librdkafka: {fac} {text}"),
+                    5 | 6 => info!("librdkafka: {fac} {text}"),
+                    _ => debug!("librdkafka: {fac} {text}"),
+                }
+            }
+            // SAFETY: destroyed once, after its strings were last used.
+            unsafe { rd::rd_kafka_event_destroy(event) };
+        }
     }
 
     /// Reads up to `max` messages: waits up to `timeout` for the first, then
@@ -62,6 +113,7 @@ impl ConsumerQueue {
         mut each: impl FnMut(Received<'_>),
     ) -> usize {
         let mut total = 0;
+        self.drain_logs();
         // The first call blocks for one message at most: asked for more, it
         // would wait out the whole timeout to fill the batch.
         let mut want = 1;
@@ -139,7 +191,14 @@ unsafe fn view<'a>(m: *mut rd::rd_kafka_message_t) -> Received<'a> {
 
 impl Drop for ConsumerQueue {
     fn drop(&mut self) {
-        // SAFETY: the reference taken in `of`, released once.
-        unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+        self.drain_logs();
+        // SAFETY: the client still lives (the queue is dropped before the
+        // consumer); log lines go back to its main queue, and the references
+        // taken in `of` are released once.
+        unsafe {
+            rd::rd_kafka_set_log_queue(self.client.as_ptr(), std::ptr::null_mut());
+            rd::rd_kafka_queue_destroy(self.logs.as_ptr());
+            rd::rd_kafka_queue_destroy(self.queue.as_ptr());
+        }
     }
 }
