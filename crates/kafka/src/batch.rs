@@ -53,8 +53,9 @@ impl ConsumerQueue {
     pub fn of<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<Self> {
         use rdkafka::consumer::Consumer;
         let client = NonNull::new(consumer.client().native_ptr())?;
-        // SAFETY: the client is valid while `consumer` lives; the returned
-        // references are released in `Drop`, before the consumer.
+        // SAFETY (this block and the next two): the client is valid while
+        // `consumer` lives; the references taken here are released once, in
+        // `Drop` (before the consumer) or right below when `of` fails.
         let queue = NonNull::new(unsafe { rd::rd_kafka_queue_get_consumer(client.as_ptr()) })?;
         let Some(logs) = NonNull::new(unsafe { rd::rd_kafka_queue_new(client.as_ptr()) }) else {
             unsafe { rd::rd_kafka_queue_destroy(queue.as_ptr()) };

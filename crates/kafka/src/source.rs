@@ -52,8 +52,10 @@ impl Buffered {
     }
 }
 
-/// Reports librdkafka errors, except the end-of-partition notices that
-/// `enable.partition.eof` turns on (they are events here, not errors).
+/// Reports librdkafka errors that rdkafka itself serves, except the
+/// end-of-partition notices that `enable.partition.eof` turns on (they are
+/// events here, not errors). The source's batch reads get consumer errors as
+/// messages and global ones as log lines (see `batch.rs`).
 pub struct SourceContext;
 
 impl ClientContext for SourceContext {

@@ -24,7 +24,7 @@ pub struct TimeQueue {
 }
 
 /// Where the smallest entry is.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Front {
     Run(usize),
     Late,
