@@ -9,7 +9,8 @@
 //! - decoder: no panic; every record is either a row or a bad record; a
 //!   record decodes alone exactly as it did in the chunk (so what the door
 //!   accepted in one request is what any later decode would give); a
-//!   decoder reused after errors gives the same result.
+//!   decoder reused after errors gives the same result; arrow-json alone
+//!   (without the one-pass decoder) gives the same rows and bad records.
 //! - body: no panic; a refusal is a 4xx with a reason; an admitted request
 //!   has one row per event, each event decodes alone, and the rows survive
 //!   an Arrow IPC round trip (the buffer) unchanged.
@@ -232,6 +233,15 @@ pub fn check_decoder(records: &[Vec<u8>]) -> Result<(), TestCaseError> {
     let again = d.decode(&refs).map_err(fail)?;
     prop_assert_eq!(&again.batch, &all.batch);
     prop_assert_eq!(&again.bad, &all.bad);
+    // The one-pass decoder changes nothing: arrow-json alone gives the same.
+    let general = JsonDecoder::with_threads(schema(), 1)
+        .and_then(JsonDecoder::without_one_pass)
+        .map_err(fail)?
+        .decode(&refs)
+        .map_err(fail)?;
+    prop_assert_eq!(&general.batch, &all.batch);
+    prop_assert_eq!(&general.records, &all.records);
+    prop_assert_eq!(&general.bad, &all.bad);
     Ok(())
 }
 

@@ -9,10 +9,13 @@
 //!   thread) into a sink that counts rows, with the state's size along the
 //!   run (see [`nexmark`]).
 //!
+//! - `json-decode TABLE EVENTS`: JSON decoding of a Nexmark table's records,
+//!   the one-pass decoder against arrow-json (see [`json_decode`]).
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
 //! Prints one JSON line of measurements.
 
+mod json_decode;
 mod kafka;
 
 /// mimalloc keeps freed batch buffers for the next batch instead of returning them to
@@ -162,6 +165,7 @@ fn main() -> Result<()> {
         ["nexmark", sql, events, join_retention_ms] => {
             nexmark::run(sql, events.parse()?, join_retention_ms.parse()?)
         }
+        ["json-decode", table, events] => json_decode::run(table, events.parse()?),
         ["kafka-load", broker, topic, path, partitions] => {
             kafka::load(broker, topic, path, partitions.parse()?, None)
         }
@@ -171,7 +175,7 @@ fn main() -> Result<()> {
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | json-decode TABLE EVENTS | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
         ),
     }
 }

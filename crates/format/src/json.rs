@@ -1,9 +1,12 @@
 //! JSON records to Arrow columns.
 //!
 //! Each record (an NDJSON line, a Kafka message, a webhook event) must be one
-//! JSON object. arrow-json's tape decoder builds the columns directly, with
-//! no per-row JSON tree. Timestamp columns are decoded as text and parsed by
-//! [`crate::timestamp`], which accepts RFC 3339 and epoch milliseconds.
+//! JSON object. A flat schema's chunks are first tried by the one-pass
+//! decoder of `crate::flat_json`; whatever it gives up on (and every chunk of
+//! another schema) goes to arrow-json's tape decoder, which builds the
+//! columns directly too, with no per-row JSON tree. Both give the same rows.
+//! Timestamp columns are parsed by [`crate::timestamp`], which accepts RFC
+//! 3339 and epoch milliseconds.
 //!
 //! When a chunk contains a bad record, the chunk is decoded again record by
 //! record so the good ones are kept and each bad one is reported with its
@@ -30,6 +33,7 @@ use arrow::json::reader::{Decoder, ReaderBuilder};
 
 use crate::decoder::{BadRecord, Decoded, RecordDecoder};
 use crate::error::Result;
+use crate::flat_json::FlatDecoder;
 use crate::timestamp::parse_timestamp_micros;
 
 /// Records decoded per tape; arrow-json preallocates for this many.
@@ -147,6 +151,7 @@ pub struct JsonDecoder {
     /// One per thread, created when first needed.
     workers: Vec<ChunkDecoder>,
     threads: usize,
+    one_pass: bool,
 }
 
 impl JsonDecoder {
@@ -159,10 +164,19 @@ impl JsonDecoder {
     /// A decoder using up to `threads` threads (at least one).
     pub fn with_threads(schema: SchemaRef, threads: usize) -> Result<Self> {
         Ok(Self {
-            workers: vec![ChunkDecoder::new(Arc::clone(&schema))?],
+            workers: vec![ChunkDecoder::new(Arc::clone(&schema), true)?],
             schema,
             threads: threads.max(1),
+            one_pass: true,
         })
+    }
+
+    /// This decoder without the one-pass decoder: every chunk goes to
+    /// arrow-json (for benchmarks and tests that compare the two).
+    pub fn without_one_pass(mut self) -> Result<Self> {
+        self.one_pass = false;
+        self.workers = vec![ChunkDecoder::new(Arc::clone(&self.schema), false)?];
+        Ok(self)
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -178,7 +192,7 @@ impl JsonDecoder {
         let threads = self.threads.min(chunks.len());
         while self.workers.len() < threads {
             self.workers
-                .push(ChunkDecoder::new(Arc::clone(&self.schema))?);
+                .push(ChunkDecoder::new(Arc::clone(&self.schema), self.one_pass)?);
         }
         // Worker w decodes a contiguous run of chunks; runs are joined in order.
         let bounds: Vec<usize> = (0..=threads).map(|w| w * chunks.len() / threads).collect();
@@ -242,16 +256,27 @@ impl RecordDecoder for JsonDecoder {
     }
 }
 
-/// One arrow-json decoder and the timestamp parsing after it.
+/// The one-pass decoder, and one arrow-json decoder with the timestamp
+/// parsing after it for what the one-pass decoder gives up on.
 struct ChunkDecoder {
     schema: SchemaRef,
     decode_schema: SchemaRef,
     timestamps: Vec<usize>,
     decoder: Decoder,
+    /// `None` when the schema is not flat (or the one-pass decoder is off).
+    one_pass: Option<FlatDecoder>,
+    /// Chunks left before the one-pass decoder is tried again, and how many
+    /// times in a row it gave up: input it keeps giving up on (numbers in a
+    /// text column, say) then costs one failed attempt per 64 chunks.
+    one_pass_pause: u32,
+    one_pass_misses: u32,
 }
 
+/// The most chunks the one-pass decoder sits out after giving up.
+const MAX_PAUSE: u32 = 64;
+
 impl ChunkDecoder {
-    fn new(schema: SchemaRef) -> Result<Self> {
+    fn new(schema: SchemaRef, one_pass: bool) -> Result<Self> {
         let timestamps: Vec<usize> = schema
             .fields()
             .iter()
@@ -275,6 +300,9 @@ impl ChunkDecoder {
         let decode_schema = Arc::new(Schema::new(fields));
         let decoder = Self::build(&decode_schema)?;
         Ok(Self {
+            one_pass: one_pass.then(|| FlatDecoder::new(&schema)).flatten(),
+            one_pass_pause: 0,
+            one_pass_misses: 0,
             schema,
             decode_schema,
             timestamps,
@@ -291,6 +319,21 @@ impl ChunkDecoder {
     }
 
     fn decode_chunk(&mut self, records: &[&[u8]]) -> Result<Decoded> {
+        if let Some(flat) = &mut self.one_pass {
+            if self.one_pass_pause > 0 {
+                self.one_pass_pause -= 1;
+            } else if let Some(batch) = flat.decode(records) {
+                self.one_pass_misses = 0;
+                return Ok(Decoded {
+                    batch,
+                    records: Vec::new(),
+                    bad: Vec::new(),
+                });
+            } else {
+                self.one_pass_misses = (self.one_pass_misses + 1).min(6);
+                self.one_pass_pause = (1 << self.one_pass_misses).min(MAX_PAUSE) - 1;
+            }
+        }
         match self.decode_fast(records) {
             Ok(Some(decoded)) => Ok(decoded),
             Ok(None) | Err(_) => {

@@ -5,7 +5,8 @@
 //! - [`decoder`]: the [`RecordDecoder`] trait and the [`Format`] a source
 //!   names to pick one.
 //! - [`json`]: JSON records (NDJSON lines, Kafka messages, webhook events)
-//!   decoded straight into Arrow columns, with per-record error reporting.
+//!   decoded straight into Arrow columns, with per-record error reporting
+//!   (flat schemas in one pass by `flat_json`).
 //! - [`changelog`]: result rows encoded as canonical JSON key/value pairs.
 //! - [`schema`]: input schemas declared as a SQL column list or a JSON file,
 //!   or inferred from a sample.
@@ -14,6 +15,7 @@
 pub mod changelog;
 pub mod decoder;
 pub mod error;
+mod flat_json;
 pub mod json;
 pub mod schema;
 pub mod timestamp;
