@@ -133,12 +133,48 @@ impl Column {
     }
 }
 
+/// A quoted key of at most 16 bytes as one word and the mask of its bytes:
+/// matched with two 64-bit compares instead of a call to `memcmp`.
+struct KeyWord {
+    word: u128,
+    mask: u128,
+}
+
+impl KeyWord {
+    fn of(quoted: &[u8]) -> Self {
+        if quoted.len() > 16 {
+            return Self { word: 0, mask: 0 };
+        }
+        let mut word = [0u8; 16];
+        word[..quoted.len()].copy_from_slice(quoted);
+        Self {
+            word: u128::from_le_bytes(word),
+            mask: u128::MAX >> (8 * (16 - quoted.len())),
+        }
+    }
+
+    /// Whether `quoted` (this word's key) is at `b[i..]`.
+    #[inline]
+    fn is_at(&self, b: &[u8], i: usize, quoted: &[u8]) -> bool {
+        match b.get(i..i + 16).map(<[u8; 16]>::try_from) {
+            Some(Ok(bytes)) if self.mask != 0 => {
+                (u128::from_le_bytes(bytes) ^ self.word) & self.mask == 0
+            }
+            _ => b.get(i..i + quoted.len()) == Some(quoted),
+        }
+    }
+}
+
 /// Decodes chunks of records of a flat schema in one pass, or gives up.
 pub(crate) struct FlatDecoder {
     schema: SchemaRef,
     /// Each column's name followed by the quote that ends it as a JSON key.
     quoted_names: Vec<Box<[u8]>>,
+    key_words: Vec<KeyWord>,
     columns: Vec<Column>,
+    /// The column whose key came after each column's (last: after the
+    /// record's opening brace) in the previous record: the guess for the next key.
+    follows: Vec<usize>,
     /// The row that last set each column: a repeated key, and the columns a
     /// record leaves out (null), are found without clearing anything per row.
     set_in_row: Vec<u32>,
@@ -169,13 +205,18 @@ impl FlatDecoder {
             .iter()
             .map(|f| Column::of(f.data_type()))
             .collect::<Option<Vec<_>>>()?;
+        let quoted_names: Vec<Box<[u8]>> = schema
+            .fields()
+            .iter()
+            .map(|f| [f.name().as_bytes(), b"\""].concat().into())
+            .collect();
+        let key_words = quoted_names.iter().map(|n| KeyWord::of(n)).collect();
         Some(Self {
-            quoted_names: schema
-                .fields()
-                .iter()
-                .map(|f| [f.name().as_bytes(), b"\""].concat().into())
-                .collect(),
+            quoted_names,
+            key_words,
             set_in_row: vec![0; columns.len()],
+            // Schema order until records show their own.
+            follows: (1..=columns.len()).chain([0]).collect(),
             nanos: schema
                 .fields()
                 .iter()
@@ -219,21 +260,24 @@ impl FlatDecoder {
 
     /// Appends one record's row: one value or null to every column.
     fn record(&mut self, record: &[u8], row: u32) -> Step<()> {
-        let text = std::str::from_utf8(record).map_err(|_| GiveUp)?;
+        let text = utf8(record).ok_or(GiveUp)?;
         let b = text.as_bytes();
         let mut i = expect(b, skip_ws(b, 0), b'{')?;
         i = skip_ws(b, i);
-        let mut next_column = 0;
+        // The last column read (`columns.len()` before the first).
+        let mut previous = self.columns.len();
         if b.get(i) == Some(&b'}') {
             i += 1;
         } else {
             loop {
                 i = expect(b, i, b'"')?;
-                // The key producers write next, with its closing quote: found without a scan.
-                let column = match self.quoted_names.get(next_column) {
-                    Some(n) if b.get(i..i + n.len()) == Some(n) => {
+                // The key that followed the previous one last time, with its closing
+                // quote: a producer's fields in its usual order are found without a scan.
+                let guess = self.follows[previous];
+                let column = match self.quoted_names.get(guess) {
+                    Some(n) if self.key_words[guess].is_at(b, i, n) => {
                         i += n.len();
-                        Some(next_column)
+                        Some(guess)
                     }
                     _ => {
                         let key_end = i + memchr::memchr2(b'"', b'\\', &b[i..]).ok_or(GiveUp)?;
@@ -253,7 +297,8 @@ impl FlatDecoder {
                         }
                         self.set_in_row[c] = row;
                         i = self.value(c, text, i)?;
-                        next_column = c + 1;
+                        self.follows[previous] = c;
+                        previous = c;
                     }
                     None => i = self.skip_value(text, i, 2)?,
                 }
@@ -411,6 +456,17 @@ impl FlatDecoder {
             _ => Err(GiveUp),
         }
     }
+}
+
+/// `record` as text, if it is valid UTF-8. Records are almost always ASCII,
+/// which the standard library checks a word at a time, faster than its
+/// general validation.
+fn utf8(record: &[u8]) -> Option<&str> {
+    if record.is_ascii() {
+        // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(record) });
+    }
+    std::str::from_utf8(record).ok()
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -590,6 +646,8 @@ mod tests {
             Field::new("f64", DataType::Float64, true),
             Field::new("b", DataType::Boolean, true),
             Field::new("s", DataType::Utf8, true),
+            // Longer than a key word: matched byte by byte.
+            Field::new("text_with_a_long_name", DataType::Utf8, true),
             Field::new("ts", ts(TimeUnit::Microsecond), true),
             Field::new("ts_ms", ts(TimeUnit::Millisecond), true),
             Field::new("ts_ns", ts(TimeUnit::Nanosecond), true),
@@ -777,7 +835,7 @@ mod tests {
                 "u64" => (bits >> rng.below(64)).to_string(),
                 "f32" | "f64" => format!("{}", (bits as i32 as f64) / 64.0),
                 "b" => bits.is_multiple_of(2).to_string(),
-                "s" => format!("\"v{bits}\""),
+                "s" | "text_with_a_long_name" => format!("\"v{bits}\""),
                 _ => timestamp(rng),
             }
             .into_bytes();
@@ -788,7 +846,7 @@ mod tests {
             "b" => rng
                 .pick(&["true", "false", "\"true\"", "1", "null", "tru"])
                 .into(),
-            "s" => {
+            "s" | "text_with_a_long_name" => {
                 if rng.below(8) == 0 {
                     rng.pick(ANY).into()
                 } else {
@@ -908,7 +966,7 @@ mod tests {
         let records: Vec<String> = (0..1000i64)
             .map(|i| {
                 format!(
-                    r#"{{"i8":{},"i32":{},"i64":{},"u8":{},"u64":{},"f32":{},"f64":{},"b":{},"s":"t\"{i}\u00e9","ts":"2026-11-29T15:01:00.{:06}Z","ts_ms":{},"ts_ns":null,"ts_s":"2026-11-29T15:01:00Z"}}"#,
+                    r#"{{"i8":{},"i32":{},"i64":{},"u8":{},"u64":{},"f32":{},"f64":{},"b":{},"s":"t\"{i}\u00e9","text_with_a_long_name":"x","ts":"2026-11-29T15:01:00.{:06}Z","ts_ms":{},"ts_ns":null,"ts_s":"2026-11-29T15:01:00Z"}}"#,
                     i % 100 - 50,
                     i * 1000,
                     i * 1_000_000_007,
