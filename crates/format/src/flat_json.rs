@@ -21,8 +21,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder, PrimitiveArray,
-    RecordBatch, RecordBatchOptions, StringBuilder, UInt64Builder,
+    Array, ArrayRef, AsArray, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder,
+    PrimitiveArray, RecordBatch, RecordBatchOptions, StringBuilder, UInt64Builder,
 };
 use arrow::datatypes::{
     DataType, SchemaRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
@@ -66,6 +66,19 @@ impl Column {
             DataType::Timestamp(_, _) => Column::Timestamp(Int64Builder::new()),
             _ => return None,
         })
+    }
+
+    /// An empty builder sized for `rows` values (and `text_bytes` of text):
+    /// grown once per chunk, not by doubling and copying as values arrive.
+    fn presize(&mut self, rows: usize, text_bytes: usize) {
+        match self {
+            Column::Int(b, ..) | Column::Timestamp(b) => *b = Int64Builder::with_capacity(rows),
+            Column::UInt(b, _) => *b = UInt64Builder::with_capacity(rows),
+            Column::Float64(b) => *b = Float64Builder::with_capacity(rows),
+            Column::Float32(b) => *b = Float32Builder::with_capacity(rows),
+            Column::Bool(b) => *b = BooleanBuilder::with_capacity(rows),
+            Column::Text(b) => *b = StringBuilder::with_capacity(rows, text_bytes),
+        }
     }
 
     fn append_null(&mut self) {
@@ -180,6 +193,8 @@ pub(crate) struct FlatDecoder {
     set_in_row: Vec<u32>,
     /// Whether the schema has a nanosecond timestamp (range-checked per value).
     nanos: Vec<bool>,
+    /// Bytes of text per row of each column in the last chunk decoded.
+    text_bytes_per_row: Vec<usize>,
     /// Unescaped text of the current string value.
     scratch: String,
 }
@@ -215,6 +230,7 @@ impl FlatDecoder {
             quoted_names,
             key_words,
             set_in_row: vec![0; columns.len()],
+            text_bytes_per_row: vec![0; columns.len()],
             // Schema order until records show their own.
             follows: (1..=columns.len()).chain([0]).collect(),
             nanos: schema
@@ -232,6 +248,12 @@ impl FlatDecoder {
     /// when a record is not one this decoder reads exactly as arrow-json does.
     pub(crate) fn decode(&mut self, records: &[&[u8]]) -> Option<RecordBatch> {
         self.set_in_row.fill(0);
+        let rows = records.len();
+        for (c, column) in self.columns.iter_mut().enumerate() {
+            // Text per row as in the last chunk, plus an eighth.
+            let per_row = self.text_bytes_per_row[c];
+            column.presize(rows, rows * per_row + rows * per_row / 8);
+        }
         let mut done = true;
         for (row, record) in records.iter().enumerate() {
             // Row stamps start at 1: 0 means "not set in this chunk".
@@ -249,6 +271,11 @@ impl FlatDecoder {
             .collect();
         if !done {
             return None;
+        }
+        for (c, column) in columns.iter().enumerate() {
+            if let Some(text) = column.as_ref().and_then(|a| a.as_string_opt::<i32>()) {
+                self.text_bytes_per_row[c] = text.values().len() / rows.max(1);
+            }
         }
         RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),
