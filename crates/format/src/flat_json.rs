@@ -3,10 +3,10 @@
 //! objects of it.
 //!
 //! Each value is parsed once, straight into its column: no tape, no second
-//! pass over the record, no hash lookup per field (keys are matched against
-//! the column that followed the previous key first, since producers write
-//! their fields in one order). Fields the schema does not name are checked
-//! for JSON syntax and skipped.
+//! pass over the record, no hash lookup per field (each key is first matched
+//! against the one that followed the previous key in the last record, since
+//! producers write their fields in one order). Fields the schema does not
+//! name are checked for JSON syntax and skipped.
 //!
 //! It accepts a subset of what the general decoder ([`crate::json`], on
 //! arrow-json) accepts and gives the same rows for it. On anything else (a
@@ -191,7 +191,7 @@ pub(crate) struct FlatDecoder {
     /// The row that last set each column: a repeated key, and the columns a
     /// record leaves out (null), are found without clearing anything per row.
     set_in_row: Vec<u32>,
-    /// Whether the schema has a nanosecond timestamp (range-checked per value).
+    /// Which columns are nanosecond timestamps (range-checked per value).
     nanos: Vec<bool>,
     /// Bytes of text per row of each column in the last chunk decoded.
     text_bytes_per_row: Vec<usize>,
