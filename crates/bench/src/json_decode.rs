@@ -7,15 +7,16 @@
 //! thread, by both decoders in alternating rounds (five each); the figure
 //! per decoder is its best round. Both must give the same rows.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use arrow::array::{Int64Array, RecordBatch};
 use serde_json::json;
-use ubik_connector::{Payload, Source, SourceEvent};
 use ubik_connectors::nexmark::{NexmarkOptions, NexmarkSource, NexmarkTable};
 use ubik_format::changelog::ChangelogEncoder;
 use ubik_format::json::JsonDecoder;
+
+use crate::nexmark::next_batch;
 
 const CHUNK: usize = 4096;
 const ROUNDS: usize = 5;
@@ -32,24 +33,16 @@ fn encoded(table: NexmarkTable, events: u64) -> Result<Vec<Vec<u8>>> {
     let schema = table.schema();
     let mut encoder = ChangelogEncoder::new(&schema, Vec::new(), false);
     let mut records = Vec::new();
-    loop {
-        match source.poll(8192, Duration::ZERO)? {
-            SourceEvent::Chunk(c) => {
-                let Payload::Arrow(batch) = c.payload else {
-                    anyhow::bail!("nexmark rows are Arrow");
-                };
-                let times = Int64Array::from(vec![0; batch.num_rows()]);
-                encoder
-                    .encode_parts(&batch, None, &times, &mut |r| {
-                        records.push(r.value.unwrap_or_default().to_vec());
-                        Ok::<_, ()>(())
-                    })?
-                    .ok();
-            }
-            SourceEvent::End => return Ok(records),
-            SourceEvent::PartitionEnd(_) | SourceEvent::Idle => {}
-        }
+    while let Some(batch) = next_batch(&mut source)? {
+        let times = Int64Array::from(vec![0; batch.num_rows()]);
+        encoder
+            .encode_parts(&batch, None, &times, &mut |r| {
+                records.push(r.value.unwrap_or_default().to_vec());
+                Ok::<_, ()>(())
+            })?
+            .ok();
     }
+    Ok(records)
 }
 
 /// Seconds to decode every chunk, and the rows.

@@ -23,7 +23,7 @@ use ubik_engine::progress::partition_id;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
 
 /// The next batch of one table, or `None` at its end.
-fn next_batch(source: &mut NexmarkSource) -> Result<Option<RecordBatch>> {
+pub(crate) fn next_batch(source: &mut NexmarkSource) -> Result<Option<RecordBatch>> {
     loop {
         match source.poll(8192, Duration::ZERO)? {
             SourceEvent::Chunk(c) => match c.payload {

@@ -22,14 +22,11 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanBuilder, Float32Builder, Float64Builder, Int64Builder,
-    PrimitiveArray, RecordBatch, RecordBatchOptions, StringBuilder, UInt64Builder,
+    RecordBatch, RecordBatchOptions, StringBuilder, UInt64Builder,
 };
-use arrow::datatypes::{
-    DataType, SchemaRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType,
-};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
-use crate::json::MAX_DEPTH;
+use crate::json::{Infinite, MAX_DEPTH, scale, timestamp_array};
 use crate::timestamp::parse_timestamp_micros;
 
 /// One column being built, by the JSON values it takes.
@@ -42,8 +39,8 @@ enum Column {
     Float32(Float32Builder),
     Bool(BooleanBuilder),
     Text(StringBuilder),
-    /// Microseconds since the epoch, scaled to the column's unit at the end.
-    Timestamp(Int64Builder),
+    /// Values in the column's unit.
+    Timestamp(Int64Builder, TimeUnit),
 }
 
 impl Column {
@@ -63,7 +60,7 @@ impl Column {
             DataType::Float32 => Column::Float32(Float32Builder::new()),
             DataType::Boolean => Column::Bool(BooleanBuilder::new()),
             DataType::Utf8 => Column::Text(StringBuilder::new()),
-            DataType::Timestamp(_, _) => Column::Timestamp(Int64Builder::new()),
+            DataType::Timestamp(unit, _) => Column::Timestamp(Int64Builder::new(), *unit),
             _ => return None,
         })
     }
@@ -72,7 +69,7 @@ impl Column {
     /// grown once per chunk, not by doubling and copying as values arrive.
     fn presize(&mut self, rows: usize, text_bytes: usize) {
         match self {
-            Column::Int(b, ..) | Column::Timestamp(b) => *b = Int64Builder::with_capacity(rows),
+            Column::Int(b, ..) | Column::Timestamp(b, _) => *b = Int64Builder::with_capacity(rows),
             Column::UInt(b, _) => *b = UInt64Builder::with_capacity(rows),
             Column::Float64(b) => *b = Float64Builder::with_capacity(rows),
             Column::Float32(b) => *b = Float32Builder::with_capacity(rows),
@@ -83,7 +80,7 @@ impl Column {
 
     fn append_null(&mut self) {
         match self {
-            Column::Int(b, ..) | Column::Timestamp(b) => b.append_null(),
+            Column::Int(b, ..) | Column::Timestamp(b, _) => b.append_null(),
             Column::UInt(b, _) => b.append_null(),
             Column::Float64(b) => b.append_null(),
             Column::Float32(b) => b.append_null(),
@@ -104,44 +101,16 @@ impl Column {
             (Column::Float32(b), _) => Arc::new(b.finish()),
             (Column::Bool(b), _) => Arc::new(b.finish()),
             (Column::Text(b), _) => Arc::new(b.finish()),
-            (Column::Timestamp(b), DataType::Timestamp(unit, tz)) => {
-                let micros = b.finish();
-                let nulls = micros.nulls().cloned();
-                let tz = tz.clone();
-                let scaled = |div: i64| micros.values().iter().map(move |v| v.div_euclid(div));
-                match unit {
-                    TimeUnit::Microsecond => Arc::new(
-                        PrimitiveArray::<TimestampMicrosecondType>::new(
-                            micros.values().clone(),
-                            nulls,
-                        )
-                        .with_timezone_opt(tz),
-                    ),
-                    TimeUnit::Millisecond => Arc::new(
-                        PrimitiveArray::<TimestampMillisecondType>::new(
-                            scaled(1000).collect(),
-                            nulls,
-                        )
-                        .with_timezone_opt(tz),
-                    ),
-                    TimeUnit::Second => Arc::new(
-                        PrimitiveArray::<TimestampSecondType>::new(
-                            scaled(1_000_000).collect(),
-                            nulls,
-                        )
-                        .with_timezone_opt(tz),
-                    ),
-                    // Checked to fit when each value was appended.
-                    TimeUnit::Nanosecond => Arc::new(
-                        PrimitiveArray::<TimestampNanosecondType>::new(
-                            micros.values().iter().map(|v| v * 1000).collect(),
-                            nulls,
-                        )
-                        .with_timezone_opt(tz),
-                    ),
-                }
+            (Column::Timestamp(b, unit), DataType::Timestamp(_, tz)) => {
+                let values = b.finish();
+                timestamp_array(
+                    values.values().clone(),
+                    values.nulls().cloned(),
+                    *unit,
+                    tz.clone(),
+                )
             }
-            (Column::Timestamp(_), _) => return None,
+            (Column::Timestamp(..), _) => return None,
         })
     }
 }
@@ -191,8 +160,6 @@ pub(crate) struct FlatDecoder {
     /// The row that last set each column: a repeated key, and the columns a
     /// record leaves out (null), are found without clearing anything per row.
     set_in_row: Vec<u32>,
-    /// Which columns are nanosecond timestamps (range-checked per value).
-    nanos: Vec<bool>,
     /// Bytes of text per row of each column in the last chunk decoded.
     text_bytes_per_row: Vec<usize>,
     /// Unescaped text of the current string value.
@@ -233,11 +200,6 @@ impl FlatDecoder {
             text_bytes_per_row: vec![0; columns.len()],
             // Schema order until records show their own.
             follows: (1..=columns.len()).chain([0]).collect(),
-            nanos: schema
-                .fields()
-                .iter()
-                .map(|f| matches!(f.data_type(), DataType::Timestamp(TimeUnit::Nanosecond, _)))
-                .collect(),
             columns,
             schema: Arc::clone(schema),
             scratch: String::new(),
@@ -388,20 +350,12 @@ impl FlatDecoder {
                 Ok(end)
             }
             Column::Float64(builder) => {
-                let (end, _) = number(b, i)?;
-                let v: f64 = text[i..end].parse().map_err(|_| GiveUp)?;
-                if v.is_infinite() {
-                    return Err(GiveUp);
-                }
+                let (end, v) = finite_float(text, i)?;
                 builder.append_value(v);
                 Ok(end)
             }
             Column::Float32(builder) => {
-                let (end, _) = number(b, i)?;
-                let v: f32 = text[i..end].parse().map_err(|_| GiveUp)?;
-                if v.is_infinite() {
-                    return Err(GiveUp);
-                }
+                let (end, v) = finite_float(text, i)?;
                 builder.append_value(v);
                 Ok(end)
             }
@@ -425,7 +379,7 @@ impl FlatDecoder {
                 }
                 Ok(end)
             }
-            Column::Timestamp(builder) => {
+            Column::Timestamp(builder, unit) => {
                 // arrow-json hands the general decoder a number's text, so both parse the same bytes.
                 let (end, micros) = match b.get(i) {
                     Some(b'"') => {
@@ -438,11 +392,7 @@ impl FlatDecoder {
                         (end, parse_timestamp_micros(&b[i..end]))
                     }
                 };
-                let micros = micros.ok_or(GiveUp)?;
-                if self.nanos[c] && micros.checked_mul(1000).is_none() {
-                    return Err(GiveUp);
-                }
-                builder.append_value(micros);
+                builder.append_value(micros.and_then(|us| scale(us, *unit)).ok_or(GiveUp)?);
                 Ok(end)
             }
         }
@@ -560,6 +510,17 @@ fn number(b: &[u8], mut i: usize) -> Step<(usize, bool)> {
         return Err(GiveUp);
     }
     Ok((i, integer))
+}
+
+/// The finite float of the JSON number at `i`, and the index after it.
+fn finite_float<T: std::str::FromStr + Infinite>(text: &str, i: usize) -> Step<(usize, T)> {
+    let (end, _) = number(text.as_bytes(), i)?;
+    let v: T = text[i..end].parse().map_err(|_| GiveUp)?;
+    if v.is_inf() {
+        Err(GiveUp)
+    } else {
+        Ok((end, v))
+    }
 }
 
 /// A JSON integer's value, or `None` out of the `i64` range.

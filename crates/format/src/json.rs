@@ -23,6 +23,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, RecordBatch};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::{
     DataType, Field, Float32Type, Float64Type, Schema, SchemaRef, TimeUnit,
@@ -502,25 +503,7 @@ impl ChunkDecoder {
                 }
             }
             let nulls = Some(arrow::buffer::NullBuffer::from(valid));
-            let array: ArrayRef = match unit {
-                TimeUnit::Second => Arc::new(
-                    PrimitiveArray::<TimestampSecondType>::new(values.into(), nulls)
-                        .with_timezone_opt(tz.clone()),
-                ),
-                TimeUnit::Millisecond => Arc::new(
-                    PrimitiveArray::<TimestampMillisecondType>::new(values.into(), nulls)
-                        .with_timezone_opt(tz.clone()),
-                ),
-                TimeUnit::Microsecond => Arc::new(
-                    PrimitiveArray::<TimestampMicrosecondType>::new(values.into(), nulls)
-                        .with_timezone_opt(tz.clone()),
-                ),
-                TimeUnit::Nanosecond => Arc::new(
-                    PrimitiveArray::<TimestampNanosecondType>::new(values.into(), nulls)
-                        .with_timezone_opt(tz.clone()),
-                ),
-            };
-            columns[c] = array;
+            columns[c] = timestamp_array(values.into(), nulls, *unit, tz.clone());
         }
         let out = RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),
@@ -536,7 +519,31 @@ impl ChunkDecoder {
     }
 }
 
-trait Infinite: Copy {
+/// A timestamp column of `unit` and `tz` from values already in that unit.
+pub(crate) fn timestamp_array(
+    values: ScalarBuffer<i64>,
+    nulls: Option<NullBuffer>,
+    unit: TimeUnit,
+    tz: Option<Arc<str>>,
+) -> ArrayRef {
+    match unit {
+        TimeUnit::Second => Arc::new(
+            PrimitiveArray::<TimestampSecondType>::new(values, nulls).with_timezone_opt(tz),
+        ),
+        TimeUnit::Millisecond => Arc::new(
+            PrimitiveArray::<TimestampMillisecondType>::new(values, nulls).with_timezone_opt(tz),
+        ),
+        TimeUnit::Microsecond => Arc::new(
+            PrimitiveArray::<TimestampMicrosecondType>::new(values, nulls).with_timezone_opt(tz),
+        ),
+        TimeUnit::Nanosecond => Arc::new(
+            PrimitiveArray::<TimestampNanosecondType>::new(values, nulls).with_timezone_opt(tz),
+        ),
+    }
+}
+
+/// Floats that can tell infinity (a finite JSON number beyond their range parses as one).
+pub(crate) trait Infinite: Copy {
     fn is_inf(self) -> bool;
 }
 impl Infinite for f64 {
@@ -564,7 +571,8 @@ where
         .collect()
 }
 
-fn scale(us: i64, unit: TimeUnit) -> Option<i64> {
+/// Microseconds in `unit` (rounded down), or `None` beyond nanoseconds' range.
+pub(crate) fn scale(us: i64, unit: TimeUnit) -> Option<i64> {
     match unit {
         TimeUnit::Second => Some(us.div_euclid(1_000_000)),
         TimeUnit::Millisecond => Some(us.div_euclid(1000)),
