@@ -9,8 +9,9 @@
 //!   thread) into a sink that counts rows, with the state's size along the
 //!   run (see [`nexmark`]).
 //!
-//! - `json-decode TABLE EVENTS`: JSON decoding of a Nexmark table's records,
-//!   the one-pass decoder against arrow-json (see [`json_decode`]).
+//! - `json-decode TABLE EVENTS [COLUMNS]`: JSON decoding of a Nexmark table's
+//!   records, the one-pass decoder against arrow-json, and reading only
+//!   COLUMNS (see [`json_decode`]).
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
 //! Prints one JSON line of measurements.
@@ -165,7 +166,10 @@ fn main() -> Result<()> {
         ["nexmark", sql, events, join_retention_ms] => {
             nexmark::run(sql, events.parse()?, join_retention_ms.parse()?)
         }
-        ["json-decode", table, events] => json_decode::run(table, events.parse()?),
+        ["json-decode", table, events] => json_decode::run(table, events.parse()?, None),
+        ["json-decode", table, events, columns] => {
+            json_decode::run(table, events.parse()?, Some(columns))
+        }
         ["kafka-load", broker, topic, path, partitions] => {
             kafka::load(broker, topic, path, partitions.parse()?, None)
         }
@@ -175,7 +179,7 @@ fn main() -> Result<()> {
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | json-decode TABLE EVENTS | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | json-decode TABLE EVENTS [COLUMNS] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
         ),
     }
 }

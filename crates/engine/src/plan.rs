@@ -98,6 +98,9 @@ impl Default for QueryOptions {
 pub struct SourceTable {
     pub name: String,
     pub schema: SchemaRef,
+    /// Which of `schema`'s columns the query reads, one flag per column: a
+    /// decoder may leave the others null (`RecordDecoder::read_only`).
+    pub reads: Vec<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

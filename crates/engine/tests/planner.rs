@@ -129,3 +129,68 @@ fn a_top_n_is_keyed_by_its_partition_and_row_number() {
         .to_string();
     assert!(msg.contains("keeps no row"), "{msg}");
 }
+
+/// Nexmark's bid and person tables, for which columns a query reads.
+fn nexmark() -> Catalog {
+    let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let bid = Schema::new(vec![
+        Field::new("auction", DataType::Int64, true),
+        Field::new("bidder", DataType::Int64, true),
+        Field::new("price", DataType::Int64, true),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("date_time", time(), true),
+        Field::new("extra", DataType::Utf8, true),
+    ]);
+    let person = Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("city", DataType::Utf8, true),
+        Field::new("date_time", time(), true),
+        Field::new("extra", DataType::Utf8, true),
+    ]);
+    Catalog::new()
+        .with_table("bid", Arc::new(bid))
+        .with_table("person", Arc::new(person))
+}
+
+/// The names of the columns `plan` reads of `table`.
+fn reads(plan: &ubik_engine::QueryPlan, table: &str) -> Vec<String> {
+    let source = &plan.sources[plan.source_index(table).unwrap()];
+    source
+        .schema
+        .fields()
+        .iter()
+        .zip(&source.reads)
+        .filter(|(_, read)| **read)
+        .map(|(f, _)| f.name().clone())
+        .collect()
+}
+
+#[test]
+fn a_query_reads_the_columns_it_names_and_the_timestamps() {
+    let plan = |q: &str| plan_query(q, &nexmark(), QueryOptions::default()).unwrap();
+    // q2: the event time is read though the query does not name it.
+    let q2 = plan("SELECT auction, price FROM bid WHERE auction % 123 = 0");
+    assert_eq!(reads(&q2, "bid"), ["auction", "price", "date_time"]);
+    let all = plan("SELECT * FROM bid");
+    assert_eq!(all.sources[0].reads, [true; 6]);
+    let count = plan(
+        "SELECT TUMBLE(date_time, INTERVAL '10' SECOND) AS w, count(*) AS n FROM bid \
+         GROUP BY TUMBLE(date_time, INTERVAL '10' SECOND)",
+    );
+    assert_eq!(reads(&count, "bid"), ["date_time"]);
+    // Through a subquery and its aliases, on both sides of a join.
+    let join = plan(
+        "SELECT p.name, b.price FROM (SELECT id, name AS name, date_time FROM person) p \
+         JOIN bid b ON p.id = b.bidder \
+         AND b.date_time BETWEEN p.date_time AND p.date_time + INTERVAL '1' HOUR",
+    );
+    assert_eq!(reads(&join, "person"), ["id", "name", "date_time"]);
+    assert_eq!(reads(&join, "bid"), ["bidder", "price", "date_time"]);
+    // A ranking breaks ties by every column of its input.
+    let top = plan(
+        "SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction \
+         ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 1",
+    );
+    assert_eq!(top.sources[0].reads, [true; 6]);
+}

@@ -56,6 +56,13 @@ impl Decoded {
 pub trait RecordDecoder: Send {
     fn schema(&self) -> &SchemaRef;
     fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded>;
+    /// Decodes only the columns `reads` marks true (one flag per column of
+    /// [`schema`](Self::schema)): the query reads no other. The others are
+    /// null in the batches decoded from then on (a column that cannot be
+    /// null is decoded all the same), and their values are checked for
+    /// syntax only: a record is bad for what the query reads, not for a value
+    /// of the wrong type in a column it never looks at.
+    fn read_only(&mut self, reads: &[bool]) -> Result<()>;
 }
 
 /// The encoding of a source's records.

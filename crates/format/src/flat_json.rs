@@ -6,7 +6,8 @@
 //! pass over the record, no hash lookup per field (each key is first matched
 //! against the one that followed the previous key in the last record, since
 //! producers write their fields in one order). Fields the schema does not
-//! name are checked for JSON syntax and skipped.
+//! name, and columns the query does not read, are checked for JSON syntax
+//! and skipped (a column not read is all null).
 //!
 //! It accepts a subset of what the general decoder ([`crate::json`], on
 //! arrow-json) accepts and gives the same rows for it. On anything else (a
@@ -41,6 +42,9 @@ enum Column {
     Text(StringBuilder),
     /// Values in the column's unit.
     Timestamp(Int64Builder, TimeUnit),
+    /// A column the query does not read: its values are checked for JSON
+    /// syntax only, and it is all null (the rows so far).
+    Skip(usize),
 }
 
 impl Column {
@@ -75,6 +79,7 @@ impl Column {
             Column::Float32(b) => *b = Float32Builder::with_capacity(rows),
             Column::Bool(b) => *b = BooleanBuilder::with_capacity(rows),
             Column::Text(b) => *b = StringBuilder::with_capacity(rows, text_bytes),
+            Column::Skip(n) => *n = 0,
         }
     }
 
@@ -86,6 +91,7 @@ impl Column {
             Column::Float32(b) => b.append_null(),
             Column::Bool(b) => b.append_null(),
             Column::Text(b) => b.append_null(),
+            Column::Skip(n) => *n += 1,
         }
     }
 
@@ -111,6 +117,7 @@ impl Column {
                 )
             }
             (Column::Timestamp(..), _) => return None,
+            (Column::Skip(n), dt) => arrow::array::new_null_array(dt, std::mem::take(n)),
         })
     }
 }
@@ -172,9 +179,10 @@ struct GiveUp;
 type Step<T = usize> = Result<T, GiveUp>;
 
 impl FlatDecoder {
-    /// A decoder for `schema`, or `None` when a column's type is not one it
-    /// decodes, or a name needs escaping as a JSON key (then it is not used).
-    pub(crate) fn new(schema: &SchemaRef) -> Option<Self> {
+    /// A decoder for `schema` whose columns `reads` marks false are left null
+    /// (their fields skipped), or `None` when a column read has a type it
+    /// does not decode, or a name needs escaping as a JSON key.
+    pub(crate) fn new(schema: &SchemaRef, reads: &[bool]) -> Option<Self> {
         if schema.fields().iter().any(|f| {
             f.name()
                 .bytes()
@@ -185,7 +193,11 @@ impl FlatDecoder {
         let columns = schema
             .fields()
             .iter()
-            .map(|f| Column::of(f.data_type()))
+            .zip(reads)
+            .map(|(f, read)| match read {
+                true => Column::of(f.data_type()),
+                false => Some(Column::Skip(0)),
+            })
             .collect::<Option<Vec<_>>>()?;
         let quoted_names: Vec<Box<[u8]>> = schema
             .fields()
@@ -329,6 +341,10 @@ impl FlatDecoder {
             return Ok(end);
         }
         match &mut self.columns[c] {
+            Column::Skip(rows) => {
+                *rows += 1;
+                self.skip_value(text, i, 2)
+            }
             Column::Int(builder, lo, hi) => {
                 let (end, integer) = number(b, i)?;
                 let v = integer
@@ -908,14 +924,27 @@ mod tests {
     fn what_it_accepts_arrow_json_decodes_to_the_same_rows() {
         let schema = schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        let mut flat = FlatDecoder::new(&schema).unwrap();
-        let mut general = JsonDecoder::with_threads(Arc::clone(&schema), 1)
-            .unwrap()
-            .without_one_pass()
-            .unwrap();
+        // Every column read; and two halves, each skipping the other's columns.
+        let masks: Vec<Vec<bool>> = vec![
+            vec![true; names.len()],
+            (0..names.len()).map(|c| c % 2 == 0).collect(),
+            (0..names.len()).map(|c| c % 2 == 1).collect(),
+        ];
+        let mut pairs: Vec<(FlatDecoder, JsonDecoder)> = masks
+            .iter()
+            .map(|reads| {
+                let mut general = JsonDecoder::with_threads(Arc::clone(&schema), 1)
+                    .unwrap()
+                    .without_one_pass()
+                    .unwrap();
+                general.read_only(reads).unwrap();
+                (FlatDecoder::new(&schema, reads).unwrap(), general)
+            })
+            .collect();
         let mut rng = Rng(0x5EED_1234_ABCD_0001);
         let (mut accepted, mut given_up) = (0, 0);
         for round in 0..20_000 {
+            let (flat, general) = &mut pairs[round % masks.len()];
             // Mostly one record per chunk, so each record's verdict is compared.
             let n = if round % 10 == 0 {
                 1 + rng.below(40)
@@ -969,7 +998,9 @@ mod tests {
             })
             .collect();
         let slices: Vec<&[u8]> = records.iter().map(|r| r.as_bytes()).collect();
-        let batch = FlatDecoder::new(&schema).unwrap().decode(&slices);
+        let batch = FlatDecoder::new(&schema, &[true; 14])
+            .unwrap()
+            .decode(&slices);
         let expected = JsonDecoder::with_threads(Arc::clone(&schema), 1)
             .unwrap()
             .without_one_pass()
@@ -986,6 +1017,8 @@ mod tests {
             Field::new("n", DataType::Int64, true),
             Field::new("d", DataType::Decimal128(10, 2), true),
         ]));
-        assert!(FlatDecoder::new(&schema).is_none());
+        assert!(FlatDecoder::new(&schema, &[true, true]).is_none());
+        // Unless the query does not read the column.
+        assert!(FlatDecoder::new(&schema, &[true, false]).is_some());
     }
 }

@@ -153,6 +153,8 @@ pub struct JsonDecoder {
     workers: Vec<ChunkDecoder>,
     threads: usize,
     one_pass: bool,
+    /// The columns decoded; the others are left null (see [`RecordDecoder::read_only`]).
+    reads: Vec<bool>,
 }
 
 impl JsonDecoder {
@@ -164,11 +166,13 @@ impl JsonDecoder {
 
     /// A decoder using up to `threads` threads (at least one).
     pub fn with_threads(schema: SchemaRef, threads: usize) -> Result<Self> {
+        let reads = vec![true; schema.fields().len()];
         Ok(Self {
-            workers: vec![ChunkDecoder::new(Arc::clone(&schema), true)?],
+            workers: vec![ChunkDecoder::new(Arc::clone(&schema), true, &reads)?],
             schema,
             threads: threads.max(1),
             one_pass: true,
+            reads,
         })
     }
 
@@ -176,8 +180,37 @@ impl JsonDecoder {
     /// arrow-json (for benchmarks and tests that compare the two).
     pub fn without_one_pass(mut self) -> Result<Self> {
         self.one_pass = false;
-        self.workers = vec![ChunkDecoder::new(Arc::clone(&self.schema), false)?];
+        self.restart()?;
         Ok(self)
+    }
+
+    /// Decodes only the columns `reads` marks true; see [`RecordDecoder::read_only`].
+    pub fn read_only(&mut self, reads: &[bool]) -> Result<()> {
+        let fields = self.schema.fields();
+        if reads.len() != fields.len() {
+            return Err(crate::error::FormatError::Schema(format!(
+                "the query reads {} columns of a {}-column source",
+                reads.len(),
+                fields.len()
+            )));
+        }
+        // A column that cannot be null is decoded (and checked) all the same.
+        self.reads = reads
+            .iter()
+            .zip(fields)
+            .map(|(read, f)| *read || !f.is_nullable())
+            .collect();
+        self.restart()
+    }
+
+    /// One worker, for the current settings.
+    fn restart(&mut self) -> Result<()> {
+        self.workers = vec![ChunkDecoder::new(
+            Arc::clone(&self.schema),
+            self.one_pass,
+            &self.reads,
+        )?];
+        Ok(())
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -192,8 +225,11 @@ impl JsonDecoder {
         let chunks: Vec<&[&[u8]]> = records.chunks(CHUNK).collect();
         let threads = self.threads.min(chunks.len());
         while self.workers.len() < threads {
-            self.workers
-                .push(ChunkDecoder::new(Arc::clone(&self.schema), self.one_pass)?);
+            self.workers.push(ChunkDecoder::new(
+                Arc::clone(&self.schema),
+                self.one_pass,
+                &self.reads,
+            )?);
         }
         // Worker w decodes a contiguous run of chunks; runs are joined in order.
         let bounds: Vec<usize> = (0..=threads).map(|w| w * chunks.len() / threads).collect();
@@ -255,12 +291,20 @@ impl RecordDecoder for JsonDecoder {
     fn decode(&mut self, records: &[&[u8]]) -> Result<Decoded> {
         JsonDecoder::decode(self, records)
     }
+
+    fn read_only(&mut self, reads: &[bool]) -> Result<()> {
+        JsonDecoder::read_only(self, reads)
+    }
 }
 
 /// The one-pass decoder, and one arrow-json decoder with the timestamp
 /// parsing after it for what the one-pass decoder gives up on.
 struct ChunkDecoder {
+    /// The columns read (all of the source's, unless `widen` is set).
     schema: SchemaRef,
+    /// Where each of the source's columns is in `schema` (`None`: not read,
+    /// left null), when some are not read.
+    widen: Option<(SchemaRef, Vec<Option<usize>>)>,
     decode_schema: SchemaRef,
     timestamps: Vec<usize>,
     decoder: Decoder,
@@ -277,7 +321,19 @@ struct ChunkDecoder {
 const MAX_PAUSE: u32 = 64;
 
 impl ChunkDecoder {
-    fn new(schema: SchemaRef, one_pass: bool) -> Result<Self> {
+    fn new(source: SchemaRef, one_pass: bool, reads: &[bool]) -> Result<Self> {
+        let flat = one_pass.then(|| FlatDecoder::new(&source, reads)).flatten();
+        let (schema, widen) = match reads.iter().all(|r| *r) {
+            true => (source, None),
+            false => {
+                let read: Vec<usize> = (0..reads.len()).filter(|&c| reads[c]).collect();
+                let schema = Arc::new(source.project(&read)?);
+                let at = (0..reads.len())
+                    .map(|c| read.iter().position(|&r| r == c))
+                    .collect();
+                (schema, Some((source, at)))
+            }
+        };
         let timestamps: Vec<usize> = schema
             .fields()
             .iter()
@@ -301,10 +357,11 @@ impl ChunkDecoder {
         let decode_schema = Arc::new(Schema::new(fields));
         let decoder = Self::build(&decode_schema)?;
         Ok(Self {
-            one_pass: one_pass.then(|| FlatDecoder::new(&schema)).flatten(),
+            one_pass: flat,
             one_pass_pause: 0,
             one_pass_misses: 0,
             schema,
+            widen,
             decode_schema,
             timestamps,
             decoder,
@@ -335,13 +392,38 @@ impl ChunkDecoder {
                 self.one_pass_pause = (1 << self.one_pass_misses).min(MAX_PAUSE) - 1;
             }
         }
-        match self.decode_fast(records) {
-            Ok(Some(decoded)) => Ok(decoded),
+        let decoded = match self.decode_fast(records) {
+            Ok(Some(decoded)) => decoded,
             Ok(None) | Err(_) => {
                 self.decoder = Self::build(&self.decode_schema)?;
-                self.decode_slow(records)
+                self.decode_slow(records)?
             }
-        }
+        };
+        self.widen(decoded)
+    }
+
+    /// `decoded` in the source's schema: the columns not read are null.
+    fn widen(&self, decoded: Decoded) -> Result<Decoded> {
+        let Some((source, at)) = &self.widen else {
+            return Ok(decoded);
+        };
+        let rows = decoded.batch.num_rows();
+        let columns = at
+            .iter()
+            .zip(source.fields())
+            .map(|(at, f)| match at {
+                Some(c) => Arc::clone(decoded.batch.column(*c)),
+                None => arrow::array::new_null_array(f.data_type(), rows),
+            })
+            .collect();
+        Ok(Decoded {
+            batch: RecordBatch::try_new_with_options(
+                Arc::clone(source),
+                columns,
+                &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
+            )?,
+            ..decoded
+        })
     }
 
     /// All records at once; `None` if any record is not exactly one object.
@@ -673,6 +755,37 @@ mod tests {
         let out = d.decode(&[b"{\"m\":\"z\"}"]).unwrap();
         assert_eq!(out.batch.num_rows(), 1);
         assert!(out.bad.is_empty());
+    }
+
+    #[test]
+    fn columns_not_read_are_null_and_not_checked() {
+        let records: Vec<&[u8]> = vec![
+            br#"{"m":"a","ts":"2024-01-01T00:00:00Z","n":1}"#,
+            br#"{"m":["not","text"],"ts":"nope","n":2}"#,
+            br#"{"m":"c","ts":1704067200000,"n":"x"}"#,
+            b"{oops",
+        ];
+        for one_pass in [true, false] {
+            let mut d = JsonDecoder::new(schema()).unwrap();
+            if !one_pass {
+                d = d.without_one_pass().unwrap();
+            }
+            let all = d.decode(&records).unwrap();
+            assert_eq!(all.records, vec![0], "one pass: {one_pass}");
+            d.read_only(&[false, false, true]).unwrap();
+            let out = d.decode(&records).unwrap();
+            // Bad only for `n`, the column read, or for broken syntax.
+            let bad: Vec<usize> = out.bad.iter().map(|b| b.index).collect();
+            assert_eq!(bad, vec![2, 3], "one pass: {one_pass}");
+            assert_eq!(out.records, vec![0, 1]);
+            assert_eq!(out.batch.schema(), schema());
+            assert_eq!(out.batch.column(0).null_count(), 2);
+            assert_eq!(out.batch.column(1).null_count(), 2);
+            let n = out.batch.column(2).as_primitive::<Int64Type>();
+            assert_eq!((n.value(0), n.value(1)), (1, 2));
+        }
+        let mut d = JsonDecoder::new(schema()).unwrap();
+        assert!(d.read_only(&[true]).is_err());
     }
 
     #[test]

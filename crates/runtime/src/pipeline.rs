@@ -287,7 +287,7 @@ impl Pipeline {
                 table,
                 source,
                 schema,
-                decoder,
+                mut decoder,
             } = opened;
             let index = query.plan().source_index(&table).ok_or_else(|| {
                 RuntimeError::Config(format!(
@@ -301,6 +301,7 @@ impl Pipeline {
                         .join(", ")
                 ))
             })?;
+            decoder.read_only(&query.plan().sources[index].reads)?;
             for p in source.partitions() {
                 query.add_partition(partition_id(index, p));
             }

@@ -202,6 +202,8 @@ impl StreamDb {
         for source in &plan.sources {
             let table = &self.tables[&source.name];
             let mut decoder = JsonDecoder::new(Arc::clone(&table.schema))?;
+            // As a pipeline decodes: the columns the query does not read are null.
+            decoder.read_only(&source.reads)?;
             let records: Vec<&[u8]> = table.rows.iter().map(|r| r.as_bytes()).collect();
             let decoded = decoder.decode(&records)?;
             if !decoded.bad.is_empty() {

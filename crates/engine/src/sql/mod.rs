@@ -5,6 +5,7 @@ pub mod functions;
 pub mod join;
 pub mod planner;
 pub mod rank;
+mod reads;
 pub mod regroup;
 pub mod versioned;
 

@@ -40,8 +40,9 @@ pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result
     let logical = logical_plan(&text, &ctx)?;
     let mut lowering = Lowering::new(sql, options);
     lowering.versioned = versioned;
-    let plan = lowering.lower(&logical)?;
+    let mut plan = lowering.lower(&logical)?;
     check_join_retention(&plan)?;
+    super::reads::mark_reads(&logical, &mut plan);
     Ok(plan)
 }
 
@@ -529,6 +530,7 @@ impl Lowering {
         SourceTable {
             name: scan.table_name.table().to_string(),
             schema: Arc::new(scan.projected_schema.as_arrow().clone()),
+            reads: vec![true; scan.projected_schema.fields().len()],
         }
     }
 
