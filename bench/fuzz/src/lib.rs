@@ -242,6 +242,23 @@ pub fn check_decoder(records: &[Vec<u8>]) -> Result<(), TestCaseError> {
     prop_assert_eq!(&general.batch, &all.batch);
     prop_assert_eq!(&general.records, &all.records);
     prop_assert_eq!(&general.bad, &all.bad);
+    // Reading some columns: both decoders agree, and a record bad then is bad in full too.
+    let columns = schema().fields().len();
+    for half in [0, 1] {
+        let reads: Vec<bool> = (0..columns).map(|c| c % 2 == half).collect();
+        let mut some = JsonDecoder::with_threads(schema(), 1).map_err(fail)?;
+        some.read_only(&reads).map_err(fail)?;
+        let mut some_general = JsonDecoder::with_threads(schema(), 1)
+            .and_then(JsonDecoder::without_one_pass)
+            .map_err(fail)?;
+        some_general.read_only(&reads).map_err(fail)?;
+        let a = some.decode(&refs).map_err(fail)?;
+        let b = some_general.decode(&refs).map_err(fail)?;
+        prop_assert_eq!(&a.batch, &b.batch);
+        prop_assert_eq!(&a.records, &b.records);
+        prop_assert_eq!(&a.bad, &b.bad);
+        prop_assert!(a.bad.iter().all(|x| bad.contains(&x.index)));
+    }
     Ok(())
 }
 

@@ -455,11 +455,28 @@ impl FlatDecoder {
 /// which the standard library checks a word at a time, faster than its
 /// general validation.
 fn utf8(record: &[u8]) -> Option<&str> {
-    if record.is_ascii() {
+    if ascii(record) {
         // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
         return Some(unsafe { std::str::from_utf8_unchecked(record) });
     }
     std::str::from_utf8(record).ok()
+}
+
+/// Whether every byte of `b` is below 0x80, sixteen at a time, the last
+/// sixteen overlapping the ones before: the standard library's check goes
+/// byte by byte over the up to 63 bytes after its last 64-byte block, which
+/// was a fifth of this decoder's own time on 261-byte records.
+fn ascii(b: &[u8]) -> bool {
+    const HIGH: u128 = u128::from_ne_bytes([0x80; 16]);
+    let word = |w: &[u8]| u128::from_ne_bytes(w.try_into().expect("16 bytes"));
+    match b.len() {
+        0..16 => b.is_ascii(),
+        n => {
+            let blocks = b.chunks_exact(16);
+            let last = word(&b[n - 16..]);
+            blocks.fold(last, |any, w| any | word(w)) & HIGH == 0
+        }
+    }
 }
 
 fn skip_ws(b: &[u8], mut i: usize) -> usize {
@@ -1009,6 +1026,20 @@ mod tests {
             .unwrap();
         assert!(expected.bad.is_empty(), "{:?}", expected.bad);
         assert_eq!(batch.as_ref(), Some(&expected.batch));
+    }
+
+    #[test]
+    fn ascii_is_the_standard_check() {
+        let mut rng = Rng(7);
+        for len in 0..200 {
+            let mut b: Vec<u8> = (0..len).map(|_| (rng.next() % 0x80) as u8).collect();
+            assert!(ascii(&b), "{len}");
+            for at in 0..len {
+                b[at] |= 0x80;
+                assert!(!ascii(&b), "{len} {at}");
+                b[at] &= 0x7f;
+            }
+        }
     }
 
     #[test]
