@@ -216,7 +216,7 @@ fn validate(args: ValidateArgs) -> Result<()> {
             .collect();
         println!(
             "{}",
-            serde_json::json!({"source": plan.sources[0].name, "sources": plan.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), "kind": plan.kind_name(), "schema": fields, "key": plan.key_names()})
+            serde_json::json!({"source": plan.sources[0].name, "sources": plan.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), "reads": plan.sources.iter().map(|s| (s.name.clone(), serde_json::json!(s.read_names()))).collect::<serde_json::Map<_, _>>(), "kind": plan.kind_name(), "schema": fields, "key": plan.key_names()})
         );
     } else {
         println!("{plan}");

@@ -237,6 +237,11 @@ fn validate_reports_a_join_and_refuses_unbounded_ones() {
     let v = validate_json(sql);
     assert_eq!(v["sources"], serde_json::json!(["orders", "merchants"]));
     assert_eq!(v["kind"], "temporal join (append-only)");
+    // Each source's columns decoded: those named, the timestamps, the primary key.
+    assert_eq!(
+        v["reads"],
+        serde_json::json!({"orders": ["oid", "merchant", "ts"], "merchants": ["id", "region", "ts"]})
+    );
     // Three tables: the outer join reads the inner one's rows.
     let v = validate_json(
         "SELECT o.oid, p.pid, m.region FROM orders o \

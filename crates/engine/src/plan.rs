@@ -103,6 +103,19 @@ pub struct SourceTable {
     pub reads: Vec<bool>,
 }
 
+impl SourceTable {
+    /// The names of the columns the query reads, in schema order.
+    pub fn read_names(&self) -> Vec<&str> {
+        self.schema
+            .fields()
+            .iter()
+            .zip(&self.reads)
+            .filter(|(_, read)| **read)
+            .map(|(f, _)| f.name().as_str())
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum WindowSpec {
     Tumble { size: i64 },
@@ -341,6 +354,9 @@ impl fmt::Display for QueryPlan {
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
+        for s in self.sources.iter().filter(|s| s.reads.contains(&false)) {
+            writeln!(f, "reads of {}: {}", s.name, s.read_names().join(", "))?;
+        }
         if let (Some(j), QueryKind::Aggregate(_) | QueryKind::Rank(_) | QueryKind::Regroup(_)) =
             (&self.join, &self.kind)
         {
