@@ -17,6 +17,9 @@
 //! refused when it nests objects/arrays deeper than [`MAX_DEPTH`] or holds a
 //! number too large for its float column (it would become infinity).
 //! Duplicate keys in an object are accepted: the last one wins.
+//! A decoder told which columns the query reads ([`RecordDecoder::read_only`])
+//! decodes only those (both decoders treat the others' fields as unknown:
+//! syntax checked, skipped) and leaves the others null.
 //! This decoder is the one the webhook endpoint runs before it
 //! acknowledges, so what it accepts there cannot fail here later.
 
