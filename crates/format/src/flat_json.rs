@@ -452,8 +452,8 @@ impl FlatDecoder {
 }
 
 /// `record` as text, if it is valid UTF-8. Records are almost always ASCII,
-/// which the standard library checks a word at a time, faster than its
-/// general validation.
+/// which [`ascii`] checks a word at a time, faster than the general
+/// validation.
 fn utf8(record: &[u8]) -> Option<&str> {
     if ascii(record) {
         // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
