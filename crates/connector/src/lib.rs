@@ -36,6 +36,16 @@ pub use change::ChangeBatch;
 /// temporally rather than as a stream.
 pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
 
+/// The primary key columns a schema declares in [`PRIMARY_KEY_METADATA`]
+/// (empty: none).
+pub fn primary_key(schema: &arrow::datatypes::Schema) -> Vec<&str> {
+    schema
+        .metadata()
+        .get(PRIMARY_KEY_METADATA)
+        .map(|k| k.split(',').collect())
+        .unwrap_or_default()
+}
+
 /// Schema metadata naming a source's event-time column, for a source with
 /// several TIMESTAMP columns (Nexmark's auction has `date_time` and
 /// `expires`): the engine takes it where it would otherwise need the only

@@ -43,8 +43,8 @@ enum Column {
     /// Values in the column's unit.
     Timestamp(Int64Builder, TimeUnit),
     /// A column the query does not read: its values are checked for JSON
-    /// syntax only, and it is all null (the rows so far).
-    Skip(usize),
+    /// syntax only, and it is all null.
+    Skip,
 }
 
 impl Column {
@@ -79,7 +79,7 @@ impl Column {
             Column::Float32(b) => *b = Float32Builder::with_capacity(rows),
             Column::Bool(b) => *b = BooleanBuilder::with_capacity(rows),
             Column::Text(b) => *b = StringBuilder::with_capacity(rows, text_bytes),
-            Column::Skip(n) => *n = 0,
+            Column::Skip => {}
         }
     }
 
@@ -91,12 +91,12 @@ impl Column {
             Column::Float32(b) => b.append_null(),
             Column::Bool(b) => b.append_null(),
             Column::Text(b) => b.append_null(),
-            Column::Skip(n) => *n += 1,
+            Column::Skip => {}
         }
     }
 
-    /// The built column in `data_type`; the builder is left empty.
-    fn finish(&mut self, data_type: &DataType) -> Option<ArrayRef> {
+    /// The built column of `rows` values in `data_type`; the builder is left empty.
+    fn finish(&mut self, data_type: &DataType, rows: usize) -> Option<ArrayRef> {
         Some(match (self, data_type) {
             (Column::Int(b, ..), DataType::Int64) => Arc::new(b.finish()),
             (Column::UInt(b, _), DataType::UInt64) => Arc::new(b.finish()),
@@ -117,7 +117,7 @@ impl Column {
                 )
             }
             (Column::Timestamp(..), _) => return None,
-            (Column::Skip(n), dt) => arrow::array::new_null_array(dt, std::mem::take(n)),
+            (Column::Skip, dt) => arrow::array::new_null_array(dt, rows),
         })
     }
 }
@@ -196,7 +196,7 @@ impl FlatDecoder {
             .zip(reads)
             .map(|(f, read)| match read {
                 true => Column::of(f.data_type()),
-                false => Some(Column::Skip(0)),
+                false => Some(Column::Skip),
             })
             .collect::<Option<Vec<_>>>()?;
         let quoted_names: Vec<Box<[u8]>> = schema
@@ -241,7 +241,7 @@ impl FlatDecoder {
             .columns
             .iter_mut()
             .zip(self.schema.fields())
-            .map(|(c, f)| c.finish(f.data_type()))
+            .map(|(c, f)| c.finish(f.data_type(), rows))
             .collect();
         if !done {
             return None;
@@ -341,10 +341,7 @@ impl FlatDecoder {
             return Ok(end);
         }
         match &mut self.columns[c] {
-            Column::Skip(rows) => {
-                *rows += 1;
-                self.skip_value(text, i, 2)
-            }
+            Column::Skip => self.skip_value(text, i, 2),
             Column::Int(builder, lo, hi) => {
                 let (end, integer) = number(b, i)?;
                 let v = integer

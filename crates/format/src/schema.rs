@@ -75,14 +75,7 @@ pub fn parse_column_list(text: &str) -> Result<SchemaRef> {
     Ok(Arc::new(schema.with_metadata(metadata)))
 }
 
-/// The primary key columns a schema declares (empty: none).
-pub fn primary_key(schema: &Schema) -> Vec<&str> {
-    schema
-        .metadata()
-        .get(PRIMARY_KEY_METADATA)
-        .map(|k| k.split(',').collect())
-        .unwrap_or_default()
-}
+pub use ubik_connector::primary_key;
 
 /// The column a versioned table without a TIMESTAMP column gets when its
 /// transport stamps each record (a Kafka record timestamp): a version is

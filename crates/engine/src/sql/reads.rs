@@ -18,7 +18,6 @@ use datafusion_expr::logical_plan::LogicalPlan;
 use datafusion_optimizer::optimize_projections::OptimizeProjections;
 use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 
-use super::join::PRIMARY_KEY_METADATA;
 use crate::plan::{QueryKind, QueryPlan};
 
 /// Sets each source's `reads` from `logical`, the query's plan before
@@ -35,12 +34,7 @@ pub(super) fn mark_reads(logical: &LogicalPlan, plan: &mut QueryPlan) {
         let Some(Some(columns)) = named.get(&source.name) else {
             continue;
         };
-        let key: Vec<&str> = source
-            .schema
-            .metadata()
-            .get(PRIMARY_KEY_METADATA)
-            .map(|k| k.split(',').map(str::trim).collect())
-            .unwrap_or_default();
+        let key = ubik_connector::primary_key(&source.schema);
         for (c, field) in source.schema.fields().iter().enumerate() {
             source.reads[c] = columns.contains(&c)
                 || matches!(field.data_type(), DataType::Timestamp(_, _))
