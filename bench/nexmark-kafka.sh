@@ -3,6 +3,7 @@
 # mini-cluster in one JVM) on the same topics, the same queries, one after the other in one run.
 #
 #   bench/nexmark-kafka.sh [EVENTS=2000000] [QUERIES="q0 ... q22": every bench/nexmark query]
+#   (Flink does not run q6: its result shows ubik alone)
 #
 # 1. ubik writes one Nexmark stream of EVENTS events (all kinds; nexmark://TABLE?events=EVENTS
 #    with one base time: each table is its kind's events of that one stream) into the topics
@@ -41,7 +42,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
-QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
+QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
 PARTS=${PARTITIONS:-4}
 export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
 if [[ -n ${UBIK:-} ]]; then
@@ -71,7 +72,7 @@ declare -A SCHEMA=(
 tables() { # query: the tables it reads
   case $1 in
   q3 | q8) echo person auction ;;
-  q4 | q9 | q20) echo bid auction ;;
+  q4 | q6 | q9 | q20) echo bid auction ;;
   *) echo bid ;;
   esac
 }
@@ -79,7 +80,7 @@ query_flags() { # query: ubik flags it needs over Kafka
   case $1 in
   # The auctions, a versioned table, have two TIMESTAMP columns; the declared schema cannot say
   # which is the version time (nexmark:// declares it).
-  q4 | q9 | q20) echo --event-time date_time ;;
+  q4 | q6 | q9 | q20) echo --event-time date_time ;;
   esac
 }
 topic() { echo "nx-$1-$RUN"; }
@@ -141,6 +142,9 @@ for q in $QUERIES; do
   fi
 
   [[ ${FLINK:-1} != 0 ]] || continue
+  # The published q6 is marked there as not supported (Flink's OVER aggregation cannot read
+  # the top-N's updates): ubik runs it alone.
+  [[ $q != q6 ]] || continue
   out=nx-out-flink-$q-$RUN
   TOPICS+=("$out")
   tabs=()
@@ -186,7 +190,7 @@ def norm(v):
 # Queries whose Flink result is an update stream (upsert-kafka): folded, latest per key.
 UPSERT = {"q4", "q5", "q9", "q15", "q16", "q17", "q18", "q19"}
 # Queries whose ubik result is too (continuous aggregations; sessions, retracted as they merge).
-UBIK_UPSERT = {"q4", "q9", "q11", "q15", "q16", "q17", "q18", "q19"}
+UBIK_UPSERT = {"q4", "q6", "q9", "q11", "q15", "q16", "q17", "q18", "q19"}
 
 def rows(topic, fold=False):
     c = ck.Consumer({"bootstrap.servers": broker, "group.id": "nexmark-verify-" + topic,

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-10000000}
-QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
+QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
 ROUNDS=${3:-3}
 source bench/common.sh
 

@@ -242,6 +242,11 @@ fn q5_hot_items() {
 }
 
 #[test]
+fn q6_average_selling_price_by_seller() {
+    check_output("q6", &["auction", "bid"], 100, Output::Folded);
+}
+
+#[test]
 fn q7_highest_bid() {
     check("q7", &["bid"], 5);
 }

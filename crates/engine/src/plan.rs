@@ -218,6 +218,62 @@ pub struct RankPlan {
     pub projection: Vec<PhysicalExprRef>,
 }
 
+/// Aggregate window functions over a top-N's current rows (Nexmark q6:
+/// `AVG(price) OVER (PARTITION BY seller ORDER BY date_time ROWS BETWEEN
+/// 10 PRECEDING AND CURRENT ROW)` over each auction's winning bid). The
+/// top-N's result is a changelog of rows, one per top-N key; every current
+/// row is kept in its partition's order (ORDER BY, then the row's columns
+/// in order, ascending, nulls first), and a row's frame is its neighbours
+/// in that order. When the top-N upserts a row, every row whose frame held
+/// its old place or holds its new one is recomputed and upserted. The
+/// changelog is keyed by the top-N's key.
+#[derive(Debug, Clone)]
+pub struct OverPlan {
+    /// The top-N whose result rows the functions read; its projection
+    /// gives `rank_schema`.
+    pub rank: RankPlan,
+    /// The top-N's result schema (the subquery's columns).
+    pub rank_schema: SchemaRef,
+    /// `PARTITION BY`, over `rank_schema`.
+    pub partition_exprs: Vec<PhysicalExprRef>,
+    /// Fields of `partition_exprs`.
+    pub partition_fields: Vec<FieldRef>,
+    /// `ORDER BY`, over `rank_schema`.
+    pub order: Vec<(PhysicalExprRef, arrow::compute::SortOptions)>,
+    pub functions: Vec<OverFunction>,
+    /// `rank_schema`'s columns, then one per function.
+    pub over_schema: SchemaRef,
+    /// The SELECT list, over `over_schema`.
+    pub projection: Vec<PhysicalExprRef>,
+}
+
+/// An aggregate over a `ROWS BETWEEN` frame of a partition's rows.
+#[derive(Debug, Clone)]
+pub struct OverFunction {
+    pub aggregate: OverAggregate,
+    /// The argument, over the top-N's result schema.
+    pub arg: PhysicalExprRef,
+    /// Rows before the current one in the frame (`n PRECEDING`; 0: `CURRENT ROW`).
+    pub preceding: usize,
+    /// Rows after the current one in the frame (`n FOLLOWING`; 0: `CURRENT ROW`).
+    pub following: usize,
+    /// The result field, as DataFusion types it.
+    pub field: FieldRef,
+}
+
+/// The aggregates a `ROWS` frame computes; nulls are skipped, and an
+/// aggregate of no value (but `count`) is null.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverAggregate {
+    Count,
+    /// Integers wrap on overflow as DataFusion's do; floats are summed exactly.
+    Sum,
+    /// Floats (and integers as floats) summed exactly, then divided.
+    Avg,
+    Min,
+    Max,
+}
+
 /// An aggregation over a continuous aggregation (Nexmark q4: `avg(final)
 /// ... GROUP BY category` over per-auction `max(price) AS final`). The
 /// inner result is a changelog: whenever an inner group's row changes, its
@@ -246,6 +302,8 @@ pub enum QueryKind {
     Rank(RankPlan),
     /// An aggregation over a continuous aggregation: an upsert changelog.
     Regroup(RegroupPlan),
+    /// Aggregate window functions over a top-N's rows: an upsert changelog.
+    Over(OverPlan),
 }
 
 impl QueryKind {
@@ -253,7 +311,9 @@ impl QueryKind {
     pub fn stage_input(&self) -> Option<(Option<&PhysicalExprRef>, &EventTime)> {
         match self {
             QueryKind::Aggregate(a) => Some((a.filter.as_ref(), &a.event_time)),
-            QueryKind::Rank(r) => Some((r.filter.as_ref(), &r.event_time)),
+            QueryKind::Rank(r) | QueryKind::Over(OverPlan { rank: r, .. }) => {
+                Some((r.filter.as_ref(), &r.event_time))
+            }
             QueryKind::Regroup(g) => Some((g.inner.filter.as_ref(), &g.inner.event_time)),
             QueryKind::Passthrough(_) => None,
         }
@@ -316,7 +376,10 @@ impl QueryPlan {
     pub fn window(&self) -> Option<WindowSpec> {
         match &self.kind {
             QueryKind::Aggregate(a) => a.window,
-            QueryKind::Passthrough(_) | QueryKind::Rank(_) | QueryKind::Regroup(_) => None,
+            QueryKind::Passthrough(_)
+            | QueryKind::Rank(_)
+            | QueryKind::Regroup(_)
+            | QueryKind::Over(_) => None,
         }
     }
 
@@ -328,7 +391,7 @@ impl QueryPlan {
                 a.having.is_some() || matches!(a.window, Some(WindowSpec::Session { .. }))
             }
             QueryKind::Regroup(_) => true,
-            QueryKind::Passthrough(_) | QueryKind::Rank(_) => false,
+            QueryKind::Passthrough(_) | QueryKind::Rank(_) | QueryKind::Over(_) => false,
         }
     }
 
@@ -345,6 +408,10 @@ impl QueryPlan {
             },
             QueryKind::Rank(r) => format!("continuous top-{} (ROW_NUMBER)", r.limit),
             QueryKind::Regroup(_) => "continuous aggregation of a continuous aggregation".into(),
+            QueryKind::Over(o) => format!(
+                "window functions (OVER ... ROWS) over a continuous top-{} (ROW_NUMBER)",
+                o.rank.limit
+            ),
         }
     }
 }
@@ -357,8 +424,13 @@ impl fmt::Display for QueryPlan {
         for s in self.sources.iter().filter(|s| s.reads.contains(&false)) {
             writeln!(f, "reads of {}: {}", s.name, s.read_names().join(", "))?;
         }
-        if let (Some(j), QueryKind::Aggregate(_) | QueryKind::Rank(_) | QueryKind::Regroup(_)) =
-            (&self.join, &self.kind)
+        if let (
+            Some(j),
+            QueryKind::Aggregate(_)
+            | QueryKind::Rank(_)
+            | QueryKind::Regroup(_)
+            | QueryKind::Over(_),
+        ) = (&self.join, &self.kind)
         {
             writeln!(f, "over: {}", j.describe())?;
         }

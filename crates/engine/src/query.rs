@@ -15,6 +15,7 @@ use crate::operator::emit::Emitter;
 use crate::operator::eval::{eval_array, eval_predicate};
 use crate::operator::join::Joined;
 use crate::operator::join_node::{Arrival, JoinNode};
+use crate::operator::over::OverOperator;
 use crate::operator::rank::RankOperator;
 use crate::operator::regroup::RegroupOperator;
 use crate::operator::session::SessionOperator;
@@ -68,6 +69,13 @@ impl Query {
                     plan.key_columns.clone(),
                 ),
                 Arc::clone(&plan.input_schema),
+            )?)),
+            QueryKind::Over(o) => Some(Box::new(OverOperator::new(
+                o,
+                &plan.options,
+                Arc::clone(&plan.input_schema),
+                Arc::clone(&plan.output_schema),
+                plan.key_columns.clone(),
             )?)),
             QueryKind::Rank(r) => Some(Box::new(RankOperator::new(
                 r,

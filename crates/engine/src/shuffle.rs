@@ -13,7 +13,7 @@ use arrow::array::RecordBatch;
 use arrow_row::{RowConverter, SortField};
 
 use crate::error::{EngineError, Result};
-use crate::operator::eval::eval_array;
+use crate::operator::eval::eval_all;
 use crate::plan::{PhysicalExprRef, QueryKind, QueryPlan};
 
 /// Kept rows of one fed batch, routed.
@@ -54,6 +54,7 @@ impl Shuffler {
             QueryKind::Aggregate(a) => (a.group_exprs.clone(), a.group_fields.clone()),
             QueryKind::Rank(r) => (r.partition_exprs.clone(), r.partition_fields.clone()),
             QueryKind::Regroup(_) => return refuse("an aggregation over an aggregation"),
+            QueryKind::Over(_) => return refuse("window functions over a top-N"),
             QueryKind::Passthrough(_) => return refuse("a pass-through query (it needs no key)"),
         };
         let converter = if fields.is_empty() {
@@ -80,11 +81,7 @@ impl Shuffler {
             // A global aggregate: one key, one partition.
             return Ok(vec![0; batch.num_rows()]);
         };
-        let columns = self
-            .exprs
-            .iter()
-            .map(|e| eval_array(e.as_ref(), batch))
-            .collect::<Result<Vec<_>>>()?;
+        let columns = eval_all(&self.exprs, batch)?;
         let rows = converter.convert_columns(&columns)?;
         Ok((0..rows.num_rows())
             .map(|i| {

@@ -130,6 +130,65 @@ fn a_top_n_is_keyed_by_its_partition_and_row_number() {
     assert!(msg.contains("keeps no row"), "{msg}");
 }
 
+#[test]
+fn window_functions_over_a_top_n_are_keyed_by_its_key() {
+    let q = "SELECT merchant, amount, avg(amount) OVER (PARTITION BY merchant ORDER BY ts \
+             ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS a, count(*) OVER (PARTITION BY merchant \
+             ORDER BY ts ROWS BETWEEN 10 PRECEDING AND 2 FOLLOWING) AS n FROM (SELECT * FROM \
+             (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts DESC) AS rn \
+             FROM orders) WHERE rn <= 1) q";
+    let plan = plan_query(q, &catalog(), QueryOptions::default()).unwrap();
+    // One row per key: the row number is not part of it.
+    assert_eq!(plan.key_names(), vec!["merchant"]);
+    assert_eq!(plan.output_schema.field(2).data_type(), &DataType::Float64);
+    assert_eq!(plan.output_schema.field(3).data_type(), &DataType::Int64);
+    assert!(plan.is_keyed());
+    assert!(!plan.may_retract());
+    assert_eq!(
+        plan.kind_name(),
+        "window functions (OVER ... ROWS) over a continuous top-1 (ROW_NUMBER)"
+    );
+    // Every column is read: the top-N breaks ties by all of them.
+    assert!(plan.sources[0].reads.iter().all(|&r| r));
+    // Several rows per key: the row number is.
+    let q = "SELECT merchant, rn, sum(amount) OVER (ORDER BY amount ROWS BETWEEN 1 PRECEDING \
+             AND CURRENT ROW) AS s FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER \
+             (PARTITION BY merchant ORDER BY ts DESC) AS rn FROM orders) WHERE rn <= 3)";
+    let plan = plan_query(q, &catalog(), QueryOptions::default()).unwrap();
+    assert_eq!(plan.key_names(), vec!["merchant", "rn"]);
+    for (q, refusal) in [
+        (
+            "SELECT merchant, max(merchant) OVER (ORDER BY ts ROWS 2 PRECEDING) AS m FROM (SELECT * FROM \
+             (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts) AS rn FROM orders) \
+             WHERE rn <= 1)",
+            "Utf8 values is not supported",
+        ),
+        (
+            "SELECT merchant, sum(amount) OVER (ORDER BY ts ROWS BETWEEN 2 FOLLOWING AND 3 FOLLOWING) \
+             AS s FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts) \
+             AS rn FROM orders) WHERE rn <= 1)",
+            "starts after the current row",
+        ),
+        (
+            "SELECT merchant, sum(amount) OVER (ORDER BY ts ROWS 2 PRECEDING) AS s, \
+             sum(amount) OVER (ORDER BY amount ROWS 2 PRECEDING) AS t FROM (SELECT * FROM (SELECT *, \
+             ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts) AS rn FROM orders) WHERE rn <= 1)",
+            "different OVER (...) clauses",
+        ),
+        (
+            "SELECT merchant, ROW_NUMBER() OVER (ORDER BY ts) AS l, sum(amount) OVER (ORDER BY ts \
+             ROWS 2 PRECEDING) AS s FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY \
+             merchant ORDER BY ts) AS rn FROM orders) WHERE rn <= 1)",
+            "row_number() cannot be mixed",
+        ),
+    ] {
+        let msg = plan_query(q, &catalog(), QueryOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(refusal), "{q}: {msg}");
+    }
+}
+
 /// Nexmark's bid and person tables, for which columns a query reads.
 fn nexmark() -> Catalog {
     let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));

@@ -114,6 +114,11 @@ const CASES: &[Case] = &[
         oracle: "SELECT merchant, amount, tag, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC, merchant ASC NULLS FIRST, ts ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST) AS rn FROM orders) WHERE rn <= 3",
     },
     Case {
+        name: "window-functions-over-top-n",
+        ubik: "SELECT merchant, rn, sum(amount) OVER w AS s, avg(amount) OVER w AS a, count(amount) OVER w AS c, min(amount) OVER w AS lo, max(amount) OVER w AS hi, count(*) OVER (PARTITION BY tag ORDER BY amount ROWS BETWEEN CURRENT ROW AND 2 FOLLOWING) AS n FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts DESC) AS rn FROM orders) WHERE rn <= 2) WINDOW w AS (PARTITION BY tag ORDER BY amount ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING)",
+        oracle: "SELECT merchant, rn, sum(amount) OVER w AS s, avg(amount) OVER w AS a, count(amount) OVER w AS c, min(amount) OVER w AS lo, max(amount) OVER w AS hi, count(*) OVER (PARTITION BY tag ORDER BY amount, merchant ASC NULLS FIRST, ts ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST, rn ASC NULLS FIRST ROWS BETWEEN CURRENT ROW AND 2 FOLLOWING) AS n FROM (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY ts DESC, merchant ASC NULLS FIRST, ts ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST) AS rn FROM orders) WHERE rn <= 2) WINDOW w AS (PARTITION BY tag ORDER BY amount, merchant ASC NULLS FIRST, ts ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST, rn ASC NULLS FIRST ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING)",
+    },
+    Case {
         name: "continuous-having",
         ubik: "SELECT merchant, count(*) AS n, sum(amount) AS total, max(ts) AS last FROM orders GROUP BY merchant HAVING sum(amount) > 0",
         oracle: "SELECT merchant, count(*) AS n, sum(amount) AS total, max(ts) AS last FROM orders GROUP BY merchant HAVING sum(amount) > 0",

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{SortColumn, concat, lexsort_to_indices, take, take_record_batch};
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{Field, Int64Type, Schema, SchemaRef};
 
 use super::ChangeBatch;
 use super::eval::{eval_array, eval_predicate};
@@ -128,12 +128,7 @@ impl Emitter {
             Some(h) => Some(eval_predicate(h.as_ref(), &stage)?),
             None => None,
         };
-        let projected = self
-            .projection
-            .iter()
-            .map(|e| eval_array(e.as_ref(), &stage))
-            .collect::<Result<Vec<_>>>()?;
-        let out = RecordBatch::try_new(Arc::clone(&self.output_schema), projected)?;
+        let out = project(&self.projection, &stage, &self.output_schema)?;
         Ok((out, pass))
     }
 
@@ -198,6 +193,49 @@ impl Emitter {
             visible,
         ))
     }
+}
+
+/// `projection` evaluated over `input`: a batch of `schema`.
+pub(crate) fn project(
+    projection: &[PhysicalExprRef],
+    input: &RecordBatch,
+    schema: &SchemaRef,
+) -> Result<RecordBatch> {
+    let columns = projection
+        .iter()
+        .map(|e| eval_array(e.as_ref(), input))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
+}
+
+/// `rows` as upserts ordered by `key_columns`, each with its record
+/// timestamp from `times` (none where `MIN_TIME`, or for a query without
+/// event time, whose times are ordinals).
+pub(crate) fn upserts_by_key(
+    rows: RecordBatch,
+    times: Vec<i64>,
+    has_event_time: bool,
+    key_columns: &[usize],
+) -> Result<ChangeBatch> {
+    let timestamps = Int64Array::from_iter(
+        times
+            .into_iter()
+            .map(|t| (has_event_time && t != MIN_TIME).then_some(t)),
+    );
+    let (rows, timestamps) = match key_order(&rows, key_columns)? {
+        Some(o) => (
+            take_record_batch(&rows, &o)?,
+            take(&timestamps, &o, None)?
+                .as_primitive::<Int64Type>()
+                .clone(),
+        ),
+        None => (rows, timestamps),
+    };
+    Ok(ChangeBatch {
+        rows,
+        deletes: None,
+        timestamps,
+    })
 }
 
 /// The order of `batch`'s rows by the columns `key_columns` (`None`: keep

@@ -18,6 +18,14 @@ pub(crate) fn eval_array(expr: &dyn PhysicalExpr, batch: &RecordBatch) -> Result
     Ok(expr.evaluate(batch)?.into_array(batch.num_rows())?)
 }
 
+/// Every expression of `exprs` evaluated over `batch`.
+pub(crate) fn eval_all(exprs: &[PhysicalExprRef], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| eval_array(e.as_ref(), batch))
+        .collect()
+}
+
 /// A predicate's result with nulls read as false.
 pub(crate) fn eval_predicate(expr: &dyn PhysicalExpr, batch: &RecordBatch) -> Result<BooleanArray> {
     let a = eval_array(expr, batch)?;

@@ -6,6 +6,7 @@ pub mod emit;
 pub mod eval;
 pub mod join;
 pub mod join_node;
+pub mod over;
 pub mod rank;
 pub mod regroup;
 pub mod rollup;

@@ -15,9 +15,9 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
 use super::continuous::flush_grid;
-use super::emit::key_order;
-use super::eval::eval_array;
-use super::{ChangeBatch, Operator, OperatorSnapshot, Output, StampedBatch};
+use super::emit::{project, upserts_by_key};
+use super::eval::eval_all;
+use super::{Operator, OperatorSnapshot, Output, StampedBatch};
 use crate::error::{EngineError, Result};
 use crate::plan::{EventTime, PhysicalExprRef, QueryOptions, RankPlan};
 use crate::state::{Interner, PendingRows, StateEntry};
@@ -119,11 +119,7 @@ impl RankOperator {
 
     /// The converter's columns for `batch`: ORDER BY values, then the row.
     fn sort_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-        let mut cols = self
-            .order_exprs
-            .iter()
-            .map(|e| eval_array(e.as_ref(), batch))
-            .collect::<Result<Vec<_>>>()?;
+        let mut cols = eval_all(&self.order_exprs, batch)?;
         cols.extend(batch.columns().iter().cloned());
         Ok(cols)
     }
@@ -131,11 +127,7 @@ impl RankOperator {
     /// Folds `batch` in; `times` are the rows' event times (or ordinals).
     fn fold(&mut self, batch: &RecordBatch, times: &[i64]) -> Result<()> {
         let n = batch.num_rows();
-        let keys = self
-            .partition_exprs
-            .iter()
-            .map(|e| eval_array(e.as_ref(), batch))
-            .collect::<Result<Vec<_>>>()?;
+        let keys = eval_all(&self.partition_exprs, batch)?;
         let mut group_of = std::mem::take(&mut self.group_of);
         self.groups.intern(&keys, n, &mut group_of)?;
         if self.tops.len() < self.groups.len() {
@@ -183,23 +175,27 @@ impl RankOperator {
         Ok(())
     }
 
+    /// The next grid point the watermark has passed with rows queued for it.
+    pub(crate) fn due(&mut self, watermark: i64) -> Option<i64> {
+        self.pending.due(watermark)
+    }
+
     fn flush(&mut self, tick: i64, out: &mut Output) -> Result<()> {
+        let picked = self.fold_tick(tick)?;
+        self.emit(&picked, out)
+    }
+
+    /// Folds in the rows queued for `tick`, and returns the ranks whose
+    /// row changed, as (key, 0-based rank), marking them shown.
+    pub(crate) fn fold_tick(&mut self, tick: i64) -> Result<Vec<(usize, usize)>> {
         let mut list = self.pending.take(tick);
         if list.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         list.sort_by_key(|p| p.partition);
         for p in &list {
             self.fold(&p.batch, &p.values)?;
         }
-        self.emit_changed(out)
-    }
-
-    /// Emits every rank of a changed key whose row is not the one last
-    /// emitted at that rank, ordered by key.
-    fn emit_changed(&mut self, out: &mut Output) -> Result<()> {
-        let mut ranks = Vec::new();
-        let mut times = Vec::new();
         let mut picked: Vec<(usize, usize)> = Vec::new();
         for g in std::mem::take(&mut self.dirty) {
             let top = &mut self.tops[g];
@@ -209,50 +205,76 @@ impl RankOperator {
                 if e.shown != rank {
                     e.shown = rank;
                     picked.push((g, r));
-                    ranks.push(rank);
-                    times.push(top.max_time);
                 }
             }
         }
+        Ok(picked)
+    }
+
+    /// Emits the rows at `picked` ranks, ordered by key.
+    fn emit(&mut self, picked: &[(usize, usize)], out: &mut Output) -> Result<()> {
         if picked.is_empty() {
             return Ok(());
         }
+        let rows = self.rows(picked)?;
+        let times = picked.iter().map(|&(g, _)| self.max_time(g)).collect();
+        out.changes.push(upserts_by_key(
+            rows,
+            times,
+            self.has_event_time,
+            &self.key_columns,
+        )?);
+        Ok(())
+    }
+
+    /// The result rows (the SELECT list) of the rows at `picked` ranks, in that order.
+    pub(crate) fn rows(&self, picked: &[(usize, usize)]) -> Result<RecordBatch> {
         let parser = self.converter.parser();
         let encoded = picked
             .iter()
             .map(|&(g, r)| parser.parse(&self.tops[g].entries[r].row));
         let decoded = self.converter.convert_rows(encoded)?;
         let mut columns: Vec<ArrayRef> = decoded[self.order_exprs.len()..].to_vec();
-        columns.push(Arc::new(UInt64Array::from(ranks)));
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            picked.iter().map(|&(_, r)| r as u64 + 1),
+        )));
         let ranked = RecordBatch::try_new(Arc::clone(&self.ranked_schema), columns)?;
-        let projected = self
-            .projection
-            .iter()
-            .map(|e| eval_array(e.as_ref(), &ranked))
-            .collect::<Result<Vec<_>>>()?;
-        let rows = RecordBatch::try_new(Arc::clone(&self.output_schema), projected)?;
-        let timestamps = Int64Array::from_iter(
-            times
-                .into_iter()
-                .map(|t| (self.has_event_time && t != MIN_TIME).then_some(t)),
-        );
-        let (rows, timestamps) = match key_order(&rows, &self.key_columns)? {
-            Some(o) => (
-                arrow::compute::take_record_batch(&rows, &o)?,
-                arrow::compute::take(&timestamps, &o, None)?
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .expect("timestamps are Int64")
-                    .clone(),
-            ),
-            None => (rows, timestamps),
-        };
-        out.changes.push(ChangeBatch {
-            rows,
-            deletes: None,
-            timestamps,
-        });
-        Ok(())
+        project(&self.projection, &ranked, &self.output_schema)
+    }
+
+    /// The latest event time folded into key `g` (`MIN_TIME`: none; the
+    /// row's ordinal for a query without event time).
+    pub(crate) fn max_time(&self, g: usize) -> i64 {
+        self.tops[g].max_time
+    }
+
+    /// Whether rows carry event times (their keys' times are timestamps).
+    pub(crate) fn has_event_time(&self) -> bool {
+        self.has_event_time
+    }
+
+    /// Rows kept per key.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Every kept row, as (key, 0-based rank), each already emitted at its
+    /// rank: between grid points a top-N holds no row it has not emitted.
+    pub(crate) fn kept(&self) -> Result<Vec<(usize, usize)>> {
+        let mut all = Vec::new();
+        for (g, top) in self.tops.iter().enumerate() {
+            for (r, e) in top.entries.iter().enumerate() {
+                if e.shown != r as u64 + 1 {
+                    return Err(EngineError::Checkpoint(format!(
+                        "top-N state: a kept row at rank {} was last emitted at rank {}",
+                        r + 1,
+                        e.shown
+                    )));
+                }
+                all.push((g, r));
+            }
+        }
+        Ok(all)
     }
 
     /// Every kept row as a batch: partition keys, the input row, the rank

@@ -3,6 +3,7 @@
 pub mod context;
 pub mod functions;
 pub mod join;
+pub mod over;
 pub mod planner;
 pub mod rank;
 mod reads;

@@ -362,7 +362,7 @@ pub(super) fn unsupported_node(plan: &LogicalPlan) -> EngineError {
             "rewrite the side as one of those",
         ),
         LogicalPlan::Window(_) => EngineError::unsupported(
-            "SQL window functions (OVER ...) run only as a top-N directly over a table or a join: SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn FROM t) WHERE rn <= N; ubik's time windows are TUMBLE, HOP and SESSION in GROUP BY",
+            "SQL window functions (OVER ...) run only as a top-N directly over a table or a join (SELECT ... FROM (SELECT ..., ROW_NUMBER() OVER (PARTITION BY ... ORDER BY ...) AS rn FROM t) WHERE rn <= N), and as count/sum/avg/min/max over ROWS frames of a top-N's result; ubik's time windows are TUMBLE, HOP and SESSION in GROUP BY",
             "for aggregates over time, GROUP BY TUMBLE(ts, INTERVAL '1 MINUTE') instead",
         ),
         LogicalPlan::Union(_) => EngineError::unsupported("UNION is not supported yet", ""),
@@ -508,6 +508,9 @@ impl Lowering {
                 LogicalPlan::Aggregate(_) => self.lower_regroup(root, &top, agg, output_schema),
                 _ => self.lower_aggregate(root, &top, agg, output_schema),
             },
+            LogicalPlan::Window(w) if super::over::is_aggregate_window(w) => {
+                self.lower_over(root, &top, w, output_schema)
+            }
             LogicalPlan::Window(w) => self.lower_rank(root, &top, w, output_schema),
             bottom => self.lower_passthrough(root, &top, bottom, output_schema),
         }

@@ -24,7 +24,7 @@ use crate::plan::{QueryKind, QueryPlan};
 /// lowering. A source stays read in full when pruning fails or the source's
 /// scan is not found.
 pub(super) fn mark_reads(logical: &LogicalPlan, plan: &mut QueryPlan) {
-    if matches!(plan.kind, QueryKind::Rank(_)) {
+    if matches!(plan.kind, QueryKind::Rank(_) | QueryKind::Over(_)) {
         return;
     }
     let Some(named) = named_columns(logical) else {
