@@ -17,7 +17,8 @@
 -- keyed by the top-N's key (id, seller), upserted whenever the auction's
 -- winning bid, or one of the ten before it, changes; its latest value per
 -- key is the published query's result. Bids equal in price are told apart
--- by their other columns, and auctions whose winning bids have the same
+-- by the columns the ranking's result holds (id, seller, price, date_time:
+-- the earlier bid wins), and auctions whose winning bids have the same
 -- time by their other columns (ascending). The average is a DOUBLE
 -- (Flink's AVG of a BIGINT is a BIGINT, truncated).
 -- oracle: SELECT Q.id, Q.seller, AVG(Q.price) OVER (PARTITION BY Q.seller
@@ -25,8 +26,7 @@
 -- oracle:   ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price
 -- oracle: FROM (SELECT * FROM (SELECT A.id, A.seller, B.price, B.date_time,
 -- oracle:         ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC,
--- oracle:           A.id, A.item_name, A.description, A.initial_bid, A.reserve, A.date_time, A.expires, A.seller,
--- oracle:           A.category, A.extra, B.auction, B.bidder, B.price, B.channel, B.url, B.date_time, B.extra) AS rownum
+-- oracle:           A.id, A.seller, B.price, B.date_time) AS rownum
 -- oracle:       FROM auction A JOIN bid B ON A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires)
 -- oracle:       WHERE rownum <= 1) Q
 SELECT Q.id, Q.seller,

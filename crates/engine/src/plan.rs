@@ -196,9 +196,9 @@ pub struct PassthroughPlan {
 /// number may be left out of the result when `limit` is 1), so its latest
 /// value per key is the current top-N.
 ///
-/// Ties in `order` are broken by the row's own columns in input order,
-/// ascending, nulls first: which row holds a rank never depends on arrival
-/// order, and rows equal in every column are interchangeable.
+/// Ties in `order` are broken by the columns the result uses, in input
+/// order, ascending, nulls first: which row holds a rank never depends on
+/// arrival order, and rows equal in all of them give the same result.
 #[derive(Debug, Clone)]
 pub struct RankPlan {
     /// `WHERE` below the ranking, over the input schema.
@@ -212,7 +212,11 @@ pub struct RankPlan {
     pub order: Vec<(PhysicalExprRef, arrow::compute::SortOptions)>,
     /// Rows kept per partition key (the bound on the row number).
     pub limit: usize,
-    /// The input columns followed by the row number (`UInt64`, from 1).
+    /// The input columns the result uses, in input order: a kept row holds
+    /// those alone, and rows equal in the ORDER BY are ranked by them
+    /// (rows equal in every one give equal results).
+    pub kept: Vec<usize>,
+    /// The `kept` columns followed by the row number (`UInt64`, from 1).
     pub ranked_schema: SchemaRef,
     /// The SELECT list, over `ranked_schema`.
     pub projection: Vec<PhysicalExprRef>,

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use ubik_engine::plan::QueryKind;
 use ubik_engine::{Catalog, EngineError, QueryOptions, plan_query};
 
 fn catalog() -> Catalog {
@@ -238,10 +239,23 @@ fn a_query_reads_the_columns_it_names_and_the_timestamps() {
     );
     assert_eq!(reads(&join, "person"), ["id", "name", "date_time"]);
     assert_eq!(reads(&join, "bid"), ["bidder", "price", "date_time"]);
-    // A ranking breaks ties by every column of its input.
+    // A ranking breaks ties by the columns its result uses: those are read,
+    // with its PARTITION BY and ORDER BY columns.
     let top = plan(
         "SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction \
          ORDER BY price DESC) AS rn FROM bid) WHERE rn <= 1",
     );
-    assert_eq!(top.sources[0].reads, [true; 6]);
+    assert_eq!(reads(&top, "bid"), ["auction", "price", "date_time"]);
+    let QueryKind::Rank(r) = &top.kind else {
+        panic!("a top-N: {}", top.kind_name());
+    };
+    assert_eq!(r.kept, [0, 2]);
+    let by_other = plan(
+        "SELECT auction, url FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY auction \
+         ORDER BY bidder) AS rn FROM bid) WHERE rn <= 1",
+    );
+    assert_eq!(
+        reads(&by_other, "bid"),
+        ["auction", "bidder", "url", "date_time"]
+    );
 }

@@ -111,7 +111,7 @@ const CASES: &[Case] = &[
     Case {
         name: "top-n",
         ubik: "SELECT merchant, amount, tag, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 3",
-        oracle: "SELECT merchant, amount, tag, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC, merchant ASC NULLS FIRST, ts ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST) AS rn FROM orders) WHERE rn <= 3",
+        oracle: "SELECT merchant, amount, tag, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC, merchant ASC NULLS FIRST, amount ASC NULLS FIRST, tag ASC NULLS FIRST) AS rn FROM orders) WHERE rn <= 3",
     },
     Case {
         name: "window-functions-over-top-n",

@@ -2,16 +2,19 @@
 //! bounded by `rn <= N`): the first N rows of every partition key.
 //!
 //! Rows are encoded in Arrow's row format, the ORDER BY columns first and
-//! then every input column, so comparing two encodings compares the order
-//! and breaks ties by the whole row: the top-N is a function of the set of
-//! rows seen, not of their arrival order. As in a continuous aggregation,
-//! rows are queued by the grid point after their stamp and folded in when
-//! the watermark passes it; each fold emits the ranks whose row changed.
+//! then the input columns the result uses (the kept columns), so comparing
+//! two encodings compares the order and breaks ties by those columns: the
+//! top-N is a function of the set of rows seen, not of their arrival order,
+//! and rows equal in all of them give the same result. The other columns
+//! are never stored, and a row is encoded whole only if its ORDER BY values
+//! can beat its key's worst kept row. As in a continuous aggregation, rows
+//! are queued by the grid point after their stamp and folded in when the
+//! watermark passes it; each fold emits the ranks whose row changed.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, UInt64Array};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use super::continuous::flush_grid;
@@ -23,11 +26,23 @@ use crate::plan::{EventTime, PhysicalExprRef, QueryOptions, RankPlan};
 use crate::state::{Interner, PendingRows, StateEntry};
 use crate::time::MIN_TIME;
 
+/// The name of a state batch's `i`-th ORDER BY value column: this prefix, then `i`.
+const ORDER_COLUMN: &str = "__order_";
+
 /// One kept row: its encoding and the rank it was last emitted at.
 struct Entry {
     row: Vec<u8>,
+    /// Bytes of `row` that encode the ORDER BY values (its first bytes:
+    /// the row format concatenates its columns' encodings).
+    order_len: u32,
     /// 1-based rank of the last emission of this row, 0 if never emitted.
     shown: u64,
+}
+
+impl Entry {
+    fn order(&self) -> &[u8] {
+        &self.row[..self.order_len as usize]
+    }
 }
 
 /// The kept rows of one partition key, best first.
@@ -54,12 +69,20 @@ pub struct RankOperator {
     limit: usize,
     partition_exprs: Vec<PhysicalExprRef>,
     order_exprs: Vec<PhysicalExprRef>,
+    /// Encodes ORDER BY values, then the kept input columns.
     converter: RowConverter,
+    /// Encodes the ORDER BY values alone: most rows lose to a key's worst
+    /// kept row on them, and are never encoded whole.
+    order_converter: RowConverter,
     groups: Interner,
     tops: Vec<Top>,
     dirty: Vec<usize>,
     pending: PendingRows,
     input_schema: SchemaRef,
+    /// The input columns a kept row holds ([`RankPlan::kept`]).
+    kept: Vec<usize>,
+    /// Their schema.
+    kept_schema: SchemaRef,
     ranked_schema: SchemaRef,
     projection: Vec<PhysicalExprRef>,
     output_schema: SchemaRef,
@@ -88,10 +111,12 @@ impl RankOperator {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        let order_converter = RowConverter::new(order_types.clone())?;
+        let kept_schema = Arc::new(input_schema.project(&plan.kept)?);
         let fields: Vec<SortField> = order_types
             .into_iter()
             .chain(
-                input_schema
+                kept_schema
                     .fields()
                     .iter()
                     .map(|f| SortField::new(f.data_type().clone())),
@@ -104,24 +129,20 @@ impl RankOperator {
             partition_exprs: plan.partition_exprs.clone(),
             order_exprs: plan.order.iter().map(|(e, _)| Arc::clone(e)).collect(),
             converter: RowConverter::new(fields)?,
+            order_converter,
             groups: Interner::new(&plan.partition_fields)?,
             tops: Vec::new(),
             dirty: Vec::new(),
             pending: PendingRows::new(Arc::clone(&input_schema), "__time"),
             input_schema,
+            kept: plan.kept.clone(),
+            kept_schema,
             ranked_schema: Arc::clone(&plan.ranked_schema),
             projection: plan.projection.clone(),
             output_schema,
             key_columns,
             group_of: Vec::new(),
         })
-    }
-
-    /// The converter's columns for `batch`: ORDER BY values, then the row.
-    fn sort_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-        let mut cols = eval_all(&self.order_exprs, batch)?;
-        cols.extend(batch.columns().iter().cloned());
-        Ok(cols)
     }
 
     /// Folds `batch` in; `times` are the rows' event times (or ordinals).
@@ -133,14 +154,50 @@ impl RankOperator {
         if self.tops.len() < self.groups.len() {
             self.tops.resize_with(self.groups.len(), Top::default);
         }
-        let rows = self.converter.convert_columns(&self.sort_columns(batch)?)?;
+        // The rows that may enter their key's top, judged on their ORDER BY
+        // values against the tops as they were: a top only gets better, so
+        // a row worse than its worst row then is worse than it later.
+        let order = eval_all(&self.order_exprs, batch)?;
+        let orders = self.order_converter.convert_columns(&order)?;
+        let mut candidates: Vec<u32> = Vec::new();
         for (i, &g) in group_of.iter().enumerate() {
             let top = &mut self.tops[g];
             if self.has_event_time {
                 top.max_time = top.max_time.max(times[i]);
             }
-            let row = rows.row(i);
+            let loses = top.entries.len() >= self.limit
+                && top
+                    .entries
+                    .last()
+                    .is_some_and(|worst| worst.order() < orders.row(i).as_ref());
+            if !loses {
+                candidates.push(i as u32);
+            }
+        }
+        if candidates.is_empty() {
+            self.group_of = group_of;
+            return Ok(());
+        }
+        let picked = UInt32Array::from(candidates);
+        let mut columns = arrow::compute::take_arrays(&order, &picked, None)?;
+        let kept: Vec<ArrayRef> = self
+            .kept
+            .iter()
+            .map(|&c| Arc::clone(batch.column(c)))
+            .collect();
+        columns.extend(arrow::compute::take_arrays(&kept, &picked, None)?);
+        let rows = self.converter.convert_columns(&columns)?;
+        for (j, &i) in picked.values().iter().enumerate() {
+            let g = group_of[i as usize];
+            let top = &mut self.tops[g];
+            let row = rows.row(j);
             let candidate: &[u8] = row.as_ref();
+            let order_len = orders.row(i as usize).as_ref().len();
+            debug_assert_eq!(
+                &candidate[..order_len],
+                orders.row(i as usize).as_ref(),
+                "a row's encoding starts with its ORDER BY values' encoding"
+            );
             let full = top.entries.len() >= self.limit;
             if full
                 && top
@@ -159,11 +216,13 @@ impl RankOperator {
                 true => top.entries.pop().expect("a full top has rows"),
                 false => Entry {
                     row: Vec::with_capacity(candidate.len()),
+                    order_len: 0,
                     shown: 0,
                 },
             };
             entry.row.clear();
             entry.row.extend_from_slice(candidate);
+            entry.order_len = order_len as u32;
             entry.shown = 0;
             top.entries.insert(at, entry);
             if !top.dirty {
@@ -277,8 +336,9 @@ impl RankOperator {
         Ok(all)
     }
 
-    /// Every kept row as a batch: partition keys, the input row, the rank
-    /// it was last emitted at (0: not yet) and its key's latest time.
+    /// Every kept row as a batch: partition keys, ORDER BY values, the kept
+    /// columns, the rank it was last emitted at (0: not yet) and its key's
+    /// latest time.
     fn state_batch(&mut self) -> Result<RecordBatch> {
         let mut groups = Vec::new();
         let mut shown = Vec::new();
@@ -295,73 +355,94 @@ impl RankOperator {
         }
         let decoded = self.converter.convert_rows(encoded)?;
         let mut columns = self.groups.keys(&groups)?;
-        columns.extend(decoded[self.order_exprs.len()..].iter().cloned());
+        columns.extend(decoded);
         columns.push(Arc::new(UInt64Array::from(shown)));
         columns.push(Arc::new(Int64Array::from(times)));
-        Ok(RecordBatch::try_new(self.state_schema(), columns)?)
+        Ok(RecordBatch::try_new(self.state_schema()?, columns)?)
     }
 
-    fn state_schema(&self) -> SchemaRef {
-        let mut fields: Vec<arrow::datatypes::FieldRef> = self
+    fn state_schema(&self) -> Result<SchemaRef> {
+        let named = |name: String, t: DataType| Arc::new(Field::new(name, t, true));
+        let mut fields: Vec<FieldRef> = self
             .groups
             .fields()
             .iter()
             .enumerate()
-            .map(|(i, f)| {
-                Arc::new(
-                    f.as_ref()
-                        .clone()
-                        .with_name(format!("__partition_{i}"))
-                        .with_nullable(true),
-                )
-            })
+            .map(|(i, f)| named(format!("__partition_{i}"), f.data_type().clone()))
             .collect();
+        for (i, e) in self.order_exprs.iter().enumerate() {
+            fields.push(named(
+                format!("{ORDER_COLUMN}{i}"),
+                e.data_type(&self.input_schema)?,
+            ));
+        }
         fields.extend(
-            self.input_schema
+            self.kept_schema
                 .fields()
                 .iter()
                 .map(|f| Arc::new(f.as_ref().clone().with_nullable(true))),
         );
-        fields.push(Arc::new(arrow::datatypes::Field::new(
-            "__shown",
-            arrow::datatypes::DataType::UInt64,
-            false,
-        )));
-        fields.push(Arc::new(arrow::datatypes::Field::new(
-            "__max_time",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )));
-        Arc::new(arrow::datatypes::Schema::new(fields))
+        fields.push(Arc::new(Field::new("__shown", DataType::UInt64, false)));
+        fields.push(Arc::new(Field::new("__max_time", DataType::Int64, false)));
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    /// The ORDER BY values and kept columns of a state batch's rows, whose
+    /// columns start at `from`: as [`Self::state_batch`] writes them, or as
+    /// builds before the kept columns wrote them (every input column).
+    fn restored_columns(
+        &self,
+        batch: &RecordBatch,
+        from: usize,
+    ) -> Result<(Vec<ArrayRef>, Vec<ArrayRef>)> {
+        let o = self.order_exprs.len();
+        let m = self.kept.len();
+        let width = batch.num_columns();
+        let first = batch.schema().field(from).name().clone();
+        if first == format!("{ORDER_COLUMN}0") && width == from + o + m + 2 {
+            let c = batch.columns();
+            return Ok((
+                c[from..from + o].to_vec(),
+                c[from + o..from + o + m].to_vec(),
+            ));
+        }
+        let all = self.input_schema.fields().len();
+        if width != from + all + 2 {
+            return Err(EngineError::Checkpoint(format!(
+                "top-N state has {width} columns, expected {} (or {} as written before)",
+                from + o + m + 2,
+                from + all + 2
+            )));
+        }
+        let input = RecordBatch::try_new(
+            Arc::clone(&self.input_schema),
+            batch.columns()[from..from + all].to_vec(),
+        )?;
+        let kept = self
+            .kept
+            .iter()
+            .map(|&c| Arc::clone(input.column(c)))
+            .collect();
+        Ok((eval_all(&self.order_exprs, &input)?, kept))
     }
 
     fn restore_rows(&mut self, batch: &RecordBatch) -> Result<()> {
         let k = self.partition_exprs.len();
-        let m = self.input_schema.fields().len();
-        if batch.num_columns() != k + m + 2 {
-            return Err(EngineError::Checkpoint(format!(
-                "top-N state has {} columns, expected {}",
-                batch.num_columns(),
-                k + m + 2
-            )));
-        }
+        let (mut columns, kept) = self.restored_columns(batch, k)?;
         let n = batch.num_rows();
         let keys = batch.columns()[..k].to_vec();
         let mut group_of = Vec::new();
         self.groups.intern(&keys, n, &mut group_of)?;
         self.tops.resize_with(self.groups.len(), Top::default);
-        let input = RecordBatch::try_new(
-            Arc::clone(&self.input_schema),
-            batch.columns()[k..k + m].to_vec(),
-        )?;
-        let rows = self
-            .converter
-            .convert_columns(&self.sort_columns(&input)?)?;
+        let orders = self.order_converter.convert_columns(&columns)?;
+        columns.extend(kept);
+        let rows = self.converter.convert_columns(&columns)?;
+        let width = batch.num_columns();
         let col = |i: usize| batch.column(i).as_any();
-        let shown = col(k + m)
+        let shown = col(width - 2)
             .downcast_ref::<UInt64Array>()
             .ok_or_else(|| EngineError::Checkpoint("top-N state: bad __shown column".into()))?;
-        let times = col(k + m + 1)
+        let times = col(width - 1)
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| EngineError::Checkpoint("top-N state: bad __max_time column".into()))?;
         // Entries were written best first per key.
@@ -370,6 +451,7 @@ impl RankOperator {
             top.max_time = times.value(i);
             top.entries.push(Entry {
                 row: rows.row(i).as_ref().to_vec(),
+                order_len: orders.row(i).as_ref().len() as u32,
                 shown: shown.value(i),
             });
         }

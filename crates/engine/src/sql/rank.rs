@@ -91,33 +91,48 @@ impl Lowering {
             })
             .collect::<Result<Vec<_>>>()?;
 
-        // The result, over the input columns plus the row number.
-        let mut ranked_fields: Vec<Field> = input_schema
-            .fields()
+        // The result's expressions over the input columns and the row number.
+        let outputs = top.outputs(root.schema())?;
+        let over_input = outputs
             .iter()
-            .map(|f| f.as_ref().clone())
+            .map(|e| {
+                Ok(e.clone()
+                    .transform_up(|x| match x {
+                        Expr::Column(c) if c == rn => Ok(Transformed::yes(Expr::Column(
+                            Column::new_unqualified(ROW_NUMBER_COLUMN),
+                        ))),
+                        Expr::Column(c) => inner
+                            .unproject(Expr::Column(c))
+                            .map(Transformed::yes)
+                            .map_err(|e| DataFusionError::External(Box::new(e))),
+                        other => Ok(Transformed::no(other)),
+                    })?
+                    .data)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // The kept rows hold the input columns the result uses, plus the
+        // row number: rows equal in those give equal results, so ties are
+        // broken by them alone, and the other columns are never stored.
+        let used: std::collections::HashSet<&Column> =
+            over_input.iter().flat_map(|e| e.column_refs()).collect();
+        let kept: Vec<usize> = (0..input_schema.fields().len())
+            .filter(|&i| used.contains(&Column::from(input_schema.qualified_field(i))))
+            .collect();
+        let mut ranked_fields: Vec<Field> = kept
+            .iter()
+            .map(|&i| input_schema.field(i).as_ref().clone())
             .collect();
         ranked_fields.push(Field::new(ROW_NUMBER_COLUMN, DataType::UInt64, false));
-        let mut qualifiers: Vec<_> = input_schema.iter().map(|(q, _)| q.cloned()).collect();
+        let mut qualifiers: Vec<_> = kept
+            .iter()
+            .map(|&i| input_schema.qualified_field(i).0.cloned())
+            .collect();
         qualifiers.push(None);
         let ranked_schema = Arc::new(Schema::new(ranked_fields));
         let ranked = DFSchema::from_field_specific_qualified_schema(qualifiers, &ranked_schema)?;
-        let outputs = top.outputs(root.schema())?;
-        let projection = outputs
+        let projection = over_input
             .iter()
-            .map(|e| {
-                let over_input = e.clone().transform_up(|x| match x {
-                    Expr::Column(c) if c == rn => Ok(Transformed::yes(Expr::Column(
-                        Column::new_unqualified(ROW_NUMBER_COLUMN),
-                    ))),
-                    Expr::Column(c) => inner
-                        .unproject(Expr::Column(c))
-                        .map(Transformed::yes)
-                        .map_err(|e| DataFusionError::External(Box::new(e))),
-                    other => Ok(Transformed::no(other)),
-                })?;
-                self.physical(&over_input.data, &ranked)
-            })
+            .map(|e| self.physical(e, &ranked))
             .collect::<Result<Vec<_>>>()?;
 
         let key_columns = rank_key(&outputs, &params.partition_by, &rn, limit, w)?;
@@ -140,6 +155,7 @@ impl Lowering {
                 partition_fields,
                 order,
                 limit,
+                kept,
                 ranked_schema,
                 projection,
             }),

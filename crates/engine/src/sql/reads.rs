@@ -6,8 +6,8 @@
 //! subqueries, aliases and joins); the engine reads a few more of its own
 //! accord: every TIMESTAMP column (one may be the event time without being
 //! named: the only one, or the one the source declares) and the primary key
-//! of a keyed source. A ranking breaks ties by every column of its input, so
-//! it reads them all.
+//! of a keyed source. A ranking breaks ties by the columns its result uses,
+//! which pruning finds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,15 +18,12 @@ use datafusion_expr::logical_plan::LogicalPlan;
 use datafusion_optimizer::optimize_projections::OptimizeProjections;
 use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 
-use crate::plan::{QueryKind, QueryPlan};
+use crate::plan::QueryPlan;
 
 /// Sets each source's `reads` from `logical`, the query's plan before
 /// lowering. A source stays read in full when pruning fails or the source's
 /// scan is not found.
 pub(super) fn mark_reads(logical: &LogicalPlan, plan: &mut QueryPlan) {
-    if matches!(plan.kind, QueryKind::Rank(_) | QueryKind::Over(_)) {
-        return;
-    }
     let Some(named) = named_columns(logical) else {
         return;
     };
