@@ -35,8 +35,9 @@ struct Entry {
     /// Bytes of `row` that encode the ORDER BY values (its first bytes:
     /// the row format concatenates its columns' encodings).
     order_len: u32,
-    /// 1-based rank of the last emission of this row, 0 if never emitted.
-    shown: u64,
+    /// 1-based rank of the last emission of this row, 0 if never emitted
+    /// (a rank fits: the bound on the row number is at most `u32::MAX`).
+    shown: u32,
 }
 
 impl Entry {
@@ -260,7 +261,7 @@ impl RankOperator {
             let top = &mut self.tops[g];
             top.dirty = false;
             for (r, e) in top.entries.iter_mut().enumerate() {
-                let rank = r as u64 + 1;
+                let rank = r as u32 + 1;
                 if e.shown != rank {
                     e.shown = rank;
                     picked.push((g, r));
@@ -323,7 +324,7 @@ impl RankOperator {
         let mut all = Vec::new();
         for (g, top) in self.tops.iter().enumerate() {
             for (r, e) in top.entries.iter().enumerate() {
-                if e.shown != r as u64 + 1 {
+                if e.shown != r as u32 + 1 {
                     return Err(EngineError::Checkpoint(format!(
                         "top-N state: a kept row at rank {} was last emitted at rank {}",
                         r + 1,
@@ -356,7 +357,9 @@ impl RankOperator {
         let decoded = self.converter.convert_rows(encoded)?;
         let mut columns = self.groups.keys(&groups)?;
         columns.extend(decoded);
-        columns.push(Arc::new(UInt64Array::from(shown)));
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            shown.into_iter().map(u64::from),
+        )));
         columns.push(Arc::new(Int64Array::from(times)));
         Ok(RecordBatch::try_new(self.state_schema()?, columns)?)
     }
@@ -452,7 +455,9 @@ impl RankOperator {
             top.entries.push(Entry {
                 row: rows.row(i).as_ref().to_vec(),
                 order_len: orders.row(i).as_ref().len() as u32,
-                shown: shown.value(i),
+                shown: u32::try_from(shown.value(i)).map_err(|_| {
+                    EngineError::Checkpoint("top-N state: a rank beyond 2^32".into())
+                })?,
             });
         }
         Ok(())

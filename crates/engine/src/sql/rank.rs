@@ -229,6 +229,13 @@ fn row_number_bound(filters: &[Expr], rn: &Column) -> Result<usize> {
         }
     }
     match bound {
+        Some(n) if n > u32::MAX as i64 => Err(EngineError::unsupported(
+            format!(
+                "the bound on the row number ({n}) is more than the {} supported",
+                u32::MAX
+            ),
+            "bound it to at most 4294967295 rows per key",
+        )),
         Some(n) if n >= 1 => Ok(n as usize),
         Some(n) => Err(EngineError::unsupported(
             format!("the bound on the row number keeps no row (rn <= {n})"),
