@@ -9,7 +9,7 @@
 //! on arrival. The rows whose frame held a changed row's old place or holds
 //! its new one are recomputed from their frame and upserted, keyed by the
 //! top-N's key, ordered by key. A row's record timestamp is the latest
-//! event time folded into any top-N key of its widest frame.
+//! event time folded into any top-N key of its frames.
 //!
 //! Which rows are recomputed is found in two passes, the old places in the
 //! trees before any change and the new places after all of them, so it
@@ -187,6 +187,7 @@ impl OverOperator {
                 }
             }
         }
+        let mut placed = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             if !moved[i] {
                 continue;
@@ -203,6 +204,7 @@ impl OverOperator {
                     "two rows under window functions encode alike",
                 ));
             }
+            placed.push((partitions[i], Arc::clone(&sort), id));
             self.places[id as usize] = Some(Place {
                 partition: partitions[i] as u32,
                 sort,
@@ -211,12 +213,9 @@ impl OverOperator {
             self.args[id as usize * k..(id as usize + 1) * k]
                 .copy_from_slice(&args[i * k..(i + 1) * k]);
         }
-        for (i, &id) in ids.iter().enumerate() {
-            if moved[i] {
-                let sort = Arc::clone(&self.places[id as usize].as_ref().expect("placed").sort);
-                self.mark_around(partitions[i], &sort);
-                self.mark(id);
-            }
+        for (partition, sort, id) in placed {
+            self.mark_around(partition, &sort);
+            self.mark(id);
         }
         Ok(())
     }
@@ -285,9 +284,9 @@ impl OverOperator {
         let mut times = Vec::with_capacity(ids.len());
         let (mut before, mut after) = (Vec::new(), Vec::new());
         for &id in &ids {
-            let place = self.places[id as usize]
-                .as_ref()
-                .expect("a marked row is kept");
+            let place = self.places[id as usize].as_ref().ok_or_else(|| {
+                EngineError::internal("a marked row under window functions is not kept")
+            })?;
             let tree = &self.trees[place.partition as usize];
             before.clear();
             before.extend(
@@ -309,20 +308,15 @@ impl OverOperator {
                     .chain(&after[..f.following.min(after.len())])
                     .copied()
             };
-            let mut time = MIN_TIME;
             for (j, f) in self.functions.iter().enumerate() {
                 let values = frame_rows(f).map(|r| self.args[r as usize * k + j]);
-                results[j].push(aggregate(f.aggregate, values)?);
+                results[j].push(aggregate(f.aggregate, values));
             }
-            let widest = self
-                .functions
-                .iter()
-                .max_by_key(|f| f.preceding + f.following);
-            if let Some(f) = widest {
-                for r in frame_rows(f) {
-                    time = time.max(self.rank.max_time(self.pick_of(r).0));
-                }
-            }
+            let frames = before.iter().chain(std::iter::once(&id)).chain(&after);
+            let time = frames
+                .map(|&r| self.rank.max_time(self.pick_of(r).0))
+                .max()
+                .unwrap_or(MIN_TIME);
             times.push(time);
         }
         let picks: Vec<(usize, usize)> = ids.iter().map(|&id| self.pick_of(id)).collect();
@@ -392,7 +386,7 @@ fn read_values(f: &OverFunction, a: &ArrayRef, mut set: impl FnMut(usize, Value)
 }
 
 /// `aggregate` of `values`, nulls skipped.
-fn aggregate(aggregate: OverAggregate, values: impl Iterator<Item = Value>) -> Result<Value> {
+fn aggregate(aggregate: OverAggregate, values: impl Iterator<Item = Value>) -> Value {
     let mut count = 0i64;
     let mut int_sum = 0i64;
     let mut exact = ExactSum::default();
@@ -422,14 +416,14 @@ fn aggregate(aggregate: OverAggregate, values: impl Iterator<Item = Value>) -> R
             best = Some(v);
         }
     }
-    Ok(match aggregate {
+    match aggregate {
         OverAggregate::Count => Value::Int(count),
         _ if count == 0 => Value::Null,
         OverAggregate::Sum if floats => Value::Float(exact.value()),
         OverAggregate::Sum => Value::Int(int_sum),
         OverAggregate::Avg => Value::Float(exact.value() / count as f64),
-        OverAggregate::Min | OverAggregate::Max => best.expect("a value was seen"),
-    })
+        OverAggregate::Min | OverAggregate::Max => best.unwrap_or(Value::Null),
+    }
 }
 
 /// The function's results as an array of its DataFusion type.
@@ -508,7 +502,7 @@ mod tests {
     use super::*;
 
     fn of(a: OverAggregate, values: &[Value]) -> Value {
-        aggregate(a, values.iter().copied()).unwrap()
+        aggregate(a, values.iter().copied())
     }
 
     #[test]
