@@ -180,13 +180,13 @@ impl RankOperator {
             return Ok(());
         }
         let picked = UInt32Array::from(candidates);
-        let mut columns = arrow::compute::take_arrays(&order, &picked, None)?;
-        let kept: Vec<ArrayRef> = self
-            .kept
-            .iter()
-            .map(|&c| Arc::clone(batch.column(c)))
-            .collect();
-        columns.extend(arrow::compute::take_arrays(&kept, &picked, None)?);
+        let mut columns = order;
+        columns.extend(self.kept.iter().map(|&c| Arc::clone(batch.column(c))));
+        // Most rows lose (a top-1 of the highest bid), or none do (the
+        // latest row per key): copy only the candidates, if not all.
+        if picked.len() < n {
+            columns = arrow::compute::take_arrays(&columns, &picked, None)?;
+        }
         let rows = self.converter.convert_columns(&columns)?;
         for (j, &i) in picked.values().iter().enumerate() {
             let g = group_of[i as usize];
