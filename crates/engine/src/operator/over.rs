@@ -242,30 +242,24 @@ impl OverOperator {
     }
 
     fn mark(&mut self, id: u32) {
-        if !self.is_dirty[id as usize] {
-            self.is_dirty[id as usize] = true;
-            self.dirty.push(id);
-        }
+        mark(&mut self.is_dirty, &mut self.dirty, id);
     }
 
     /// Marks the rows whose frame holds the place `sort` of `partition`:
     /// those up to the widest FOLLOWING before it, and the widest PRECEDING
-    /// after it.
+    /// after it. Fields are borrowed apart so the tree is walked in place
+    /// (no list of ids per upsert).
     fn mark_around(&mut self, partition: usize, sort: &[u8]) {
         let tree = &self.trees[partition];
-        let before: Vec<u32> = tree
+        let before = tree
             .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(sort)))
             .rev()
-            .take(self.max_following)
-            .map(|(_, &id)| id)
-            .collect();
-        let after: Vec<u32> = tree
+            .take(self.max_following);
+        let after = tree
             .range::<[u8], _>((Bound::Excluded(sort), Bound::Unbounded))
-            .take(self.max_preceding)
-            .map(|(_, &id)| id)
-            .collect();
-        for id in before.into_iter().chain(after) {
-            self.mark(id);
+            .take(self.max_preceding);
+        for (_, &id) in before.chain(after) {
+            mark(&mut self.is_dirty, &mut self.dirty, id);
         }
     }
 
@@ -494,6 +488,14 @@ impl Operator for OverOperator {
 
     fn state_keys(&self) -> usize {
         self.rank.state_keys()
+    }
+}
+
+/// Adds row `id` to the rows to recompute, once.
+fn mark(is_dirty: &mut [bool], dirty: &mut Vec<u32>, id: u32) {
+    if !is_dirty[id as usize] {
+        is_dirty[id as usize] = true;
+        dirty.push(id);
     }
 }
 
