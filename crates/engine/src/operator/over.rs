@@ -215,7 +215,7 @@ impl OverOperator {
         }
         for (partition, sort, id) in placed {
             self.mark_around(partition, &sort);
-            self.mark(id);
+            mark(&mut self.is_dirty, &mut self.dirty, id);
         }
         Ok(())
     }
@@ -239,10 +239,6 @@ impl OverOperator {
             read_values(f, &a, |i, v| args[i * k + j] = v)?;
         }
         Ok((partitions, sorts, args))
-    }
-
-    fn mark(&mut self, id: u32) {
-        mark(&mut self.is_dirty, &mut self.dirty, id);
     }
 
     /// Marks the rows whose frame holds the place `sort` of `partition`:

@@ -234,7 +234,7 @@ fn row_number_bound(filters: &[Expr], rn: &Column) -> Result<usize> {
                 "the bound on the row number ({n}) is more than the {} supported",
                 u32::MAX
             ),
-            "bound it to at most 4294967295 rows per key",
+            format!("bound it to at most {} rows per key", u32::MAX),
         )),
         Some(n) if n >= 1 => Ok(n as usize),
         Some(n) => Err(EngineError::unsupported(
