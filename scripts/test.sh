@@ -51,6 +51,8 @@ if ! skip kafka; then
     testing/kafka/broker.sh clean
   fi
   testing/kafka/broker.sh start
+  # Formatting must work whatever the random cluster id begins with (one in 64 began with '-').
+  testing/kafka/broker.sh check-format
   UBIK_TEST_KAFKA=$(testing/kafka/broker.sh address)
   export UBIK_TEST_KAFKA
   [[ -n $started_broker ]] && trap 'testing/kafka/broker.sh stop' EXIT

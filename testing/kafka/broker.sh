@@ -6,6 +6,7 @@
 #   broker.sh install   fetch the jars once into $UBIK_CACHE_DIR/kafka-<version>/lib
 #   broker.sh start     install if needed, start (or reuse) the broker, print its address
 #   broker.sh stop | status | address | clean   (clean = stop and delete the broker's data)
+#   broker.sh check-format   self-check: storage formats whatever the cluster id begins with
 #
 # Env: UBIK_CACHE_DIR (default $HOME/.cache/ubik), UBIK_KAFKA_PORT (default 39092; the
 # controller listens on PORT+1), UBIK_KAFKA_START_TIMEOUT (seconds, default 60),
@@ -113,6 +114,47 @@ JAVA_OPTS=(-Xmx1g -Xms256m -XX:TieredStopAtLevel=1 -XX:+ExitOnOutOfMemoryError
   "-XX:ErrorFile=$STATE/hs_err_%p.log" # not in the caller's working directory
   ${UBIK_KAFKA_JAVA_OPTS:-})
 
+# A random Kafka Uuid: 16 bytes in URL-safe base64 without padding. Like Kafka's own
+# Uuid.randomUuid, never one that begins with '-' (1 in 64 would), which command-line tools
+# would read as an option.
+new_cluster_id() {
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    [[ $id == -* ]] || break
+  done
+  echo "$id"
+}
+
+# Formats the log.dirs of config $1 for cluster id $2. Kafka 4.x: --standalone makes this node
+# the single voter of a dynamic quorum; it requires controller.quorum.bootstrap.servers and
+# refuses controller.quorum.voters. `--cluster-id=ID` in one word, so that no id can be taken
+# for an option, whatever new_cluster_id makes.
+format_storage() {
+  java "${JAVA_OPTS[@]}" -cp "$LIB/*" kafka.tools.StorageTool format --standalone \
+    --config "$1" --cluster-id="$2"
+}
+
+# Self-check of format_storage and new_cluster_id: formats a throwaway copy of the broker's
+# storage with an id that begins with '-', and checks the generator never makes one.
+check_format() {
+  install
+  local dir id i
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' RETURN
+  id=-abcdefghijklmnopqrstu
+  STATE=$dir write_config
+  format_storage "$dir/server.properties" "$id" >"$dir/format.log" 2>&1 ||
+    { cat "$dir/format.log" >&2; die "check-format: formatting with cluster id $id failed"; }
+  grep -qx "cluster.id=$id" "$dir/data/meta.properties" ||
+    die "check-format: $dir/data/meta.properties does not hold cluster.id=$id"
+  for ((i = 0; i < 256; i++)); do
+    id=$(new_cluster_id)
+    [[ $id =~ ^[A-Za-z0-9_][A-Za-z0-9_-]{21}$ ]] || die "check-format: bad generated cluster id '$id'"
+  done
+  echo "broker.sh: check-format passed (an id beginning with '-' formats; 256 generated ids are valid)"
+}
+
 fail_start() {
   echo "broker.sh: $1; last lines of $LOG:" >&2
   tail -n 40 "$LOG" >&2 || true
@@ -148,12 +190,7 @@ start() {
     # Data formatted by another Kafka version may not load: start afresh when it changes.
     [[ $(cat "$STATE/version" 2>/dev/null) == "$VERSION" ]] || rm -rf "$STATE/data"
     if [[ ! -f $STATE/data/meta.properties ]]; then
-      # Kafka 4.x: --standalone makes this node the single voter of a dynamic quorum; it
-      # requires controller.quorum.bootstrap.servers and refuses controller.quorum.voters.
-      local id
-      id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=') # a Kafka Uuid
-      java "${JAVA_OPTS[@]}" -cp "$LIB/*" kafka.tools.StorageTool format --standalone \
-        --config "$STATE/server.properties" --cluster-id "$id" >"$STATE/format.log" 2>&1 ||
+      format_storage "$STATE/server.properties" "$(new_cluster_id)" >"$STATE/format.log" 2>&1 ||
         { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
       echo "$VERSION" >"$STATE/version"
     fi
@@ -199,6 +236,7 @@ install) lock && install ;;
 # One retry: a port still held by a broker that is just exiting fails the first bind.
 start) lock && { (start) || { echo "broker.sh: retrying the start once" >&2; sleep 3; (start); }; } ;;
 stop) lock && stop ;;
+check-format) lock && check_format ;;
 clean) lock && stop && rm -rf "$STATE" ;;
 status)
   if pid=$(our_pid) && port_open "$PORT"; then
@@ -209,5 +247,5 @@ status)
   fi
   ;;
 address) echo "127.0.0.1:$PORT" ;;
-*) die "usage: broker.sh install|start|stop|status|address|clean" ;;
+*) die "usage: broker.sh install|start|stop|status|address|clean|check-format" ;;
 esac
