@@ -81,6 +81,12 @@ pub struct QueryArgs {
     /// Record key of an append-only result (a pass-through or a join): output columns, comma-separated.
     #[arg(long)]
     pub key: Option<String>,
+    /// Drop a continuous GROUP BY's group once its newest event is this far behind the watermark (e.g. 30d).
+    #[arg(long)]
+    pub state_ttl: Option<String>,
+    /// With --state-ttl: retract each dropped group with a tombstone.
+    #[arg(long)]
+    pub ttl_tombstones: bool,
 }
 
 #[derive(Args, Debug, Default)]
@@ -101,6 +107,12 @@ pub struct RunArgs {
     /// Checkpoint directory: resume from it, and write checkpoints to it.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// State held in memory before cold groups spill to disk, e.g. 2GiB (default: half the machine's memory).
+    #[arg(long)]
+    pub state_memory: Option<String>,
+    /// Directory of spilled and checkpointed state (default: CHECKPOINT/state, or a temporary directory).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
     /// Checkpoint at least this often (default 10s).
     #[arg(long)]
     pub checkpoint_interval: Option<String>,

@@ -208,6 +208,12 @@ pub fn query_settings(query: &QueryArgs, file: &PipelineFile) -> Result<Settings
             ),
             ("threads", n(query.threads), n(file.threads)),
             ("key", query.key.clone(), file.key.clone()),
+            ("state_ttl", query.state_ttl.clone(), file.state_ttl.clone()),
+            (
+                "ttl_tombstones",
+                query.ttl_tombstones.then(|| "true".to_string()),
+                file.ttl_tombstones.map(|b| b.to_string()),
+            ),
         ],
     )?;
     Ok(s)
@@ -293,6 +299,16 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
                 n64(file.checkpoint_every),
             ),
             ("emit", args.emit.clone(), file.emit.clone()),
+            (
+                "state_memory",
+                args.state_memory.clone(),
+                file.state_memory.clone(),
+            ),
+            (
+                "state_dir",
+                args.state_dir.as_ref().map(|p| p.display().to_string()),
+                file.state_dir.clone(),
+            ),
         ],
     )?;
 

@@ -37,34 +37,88 @@ fn kill_9_at_random_points_then_resume() {
     let dir = tempfile::tempdir().unwrap();
     // Some rows arrive later than the watermark delay: late updates re-emit windows.
     let data = Orders::new(300_000, 40, 8, 8_000).write(dir.path(), "orders.jsonl", 42);
-    let args = |ck: Option<&str>| {
-        let mut a: Vec<String> = [
-            Q,
-            "--from",
-            data.to_str().unwrap(),
-            "--schema",
-            SCHEMA,
+    let args = run_args(Q, &data, &["--lateness", "5s", "--batch-size", "500"], 2500);
+    crash_rounds(dir.path(), args, &oracle(&data), 20);
+}
+
+/// A continuous GROUP BY over more keys than its memory budget holds:
+/// groups spill to the state store after every batch, checkpoints write
+/// the changed groups as new runs and name the runs they rest on, and a
+/// kill anywhere (mid-spill, mid-compaction, mid-checkpoint) resumes from
+/// the last checkpoint's runs with a byte-identical replay.
+#[test]
+fn spilling_state_killed_and_resumed() {
+    const Q: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
+    const ORACLE: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
+    let dir = tempfile::tempdir().unwrap();
+    // 30 000 keys hold several MiB of state, far more than the 1 MiB budget.
+    let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir.path(), "orders.jsonl", 11);
+    let input = read_jsonl(&std::fs::read(&data).unwrap(), &orders_schema(SCHEMA));
+    let want = ubik_testkit::oracle(ORACLE, &input, &[0]);
+    let args = run_args(
+        Q,
+        &data,
+        &[
             "--lateness",
             "5s",
             "--batch-size",
-            "500",
-            "-q",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+            "2000",
+            "--state-memory",
+            "1MiB",
+        ],
+        10_000,
+    );
+    crash_rounds(dir.path(), args, &want, 6);
+    // The last round's store holds runs, and only those its checkpoints name.
+    let state = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("state"))
+        .filter(|p| p.is_dir())
+        .last()
+        .expect("a checkpoint directory with a state store");
+    let runs = std::fs::read_dir(&state)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "arrow"))
+        })
+        .count();
+    assert!(runs > 0, "no state runs in {}", state.display());
+}
+
+/// The arguments of `ubik run Q` over the file `data` with `extra` flags,
+/// and with a checkpoint directory, checkpointing every `every` records.
+fn run_args(
+    q: &str,
+    data: &std::path::Path,
+    extra: &[&str],
+    every: u64,
+) -> impl Fn(Option<&str>) -> Vec<String> {
+    let mut base: Vec<String> = [
+        q,
+        "--from",
+        data.to_str().unwrap(),
+        "--schema",
+        SCHEMA,
+        "-q",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    base.extend(extra.iter().map(|s| s.to_string()));
+    move |ck| {
+        let mut a = base.clone();
         if let Some(ck) = ck {
             a.extend([
                 "--checkpoint".into(),
                 ck.into(),
                 "--checkpoint-every".into(),
-                "2500".into(),
+                every.to_string(),
             ]);
         }
         a
-    };
-
-    crash_rounds(dir.path(), args, &oracle(&data), 20);
+    }
 }
 
 /// Runs `args(None)` once uninterrupted (the reference), then rounds of

@@ -7,7 +7,10 @@
 //! `keys` (merchants, default 50), `disorder` (fraction of records up to
 //! `jitter` seconds out of order, default 0.05), `jitter` (default 2),
 //! `late` (fraction arriving 30–90 s late, default 0.001), `seed`
-//! (default 42), `realtime` (1: pace records at `rate` per wall-clock second).
+//! (default 42), `realtime` (1: pace records at `rate` per wall-clock second),
+//! `skew` (0 to <1, default 0 = uniform: with s > 0 the merchant of a record
+//! is `floor(keys * u^(1/(1-s)))` for uniform `u`, so low numbers are hot;
+//! at 0.9, 1% of the merchants get 63% of the records).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +33,7 @@ pub struct DemoOptions {
     pub late: f64,
     pub seed: u64,
     pub realtime: bool,
+    pub skew: f64,
 }
 
 impl Default for DemoOptions {
@@ -43,6 +47,7 @@ impl Default for DemoOptions {
             late: 0.001,
             seed: 42,
             realtime: false,
+            skew: 0.0,
         }
     }
 }
@@ -63,12 +68,19 @@ impl DemoOptions {
                 "late" => o.late = v.parse().map_err(|_| bad())?,
                 "seed" => o.seed = v.parse().map_err(|_| bad())?,
                 "realtime" => o.realtime = matches!(v, "1" | "true" | "yes"),
+                "skew" => o.skew = v.parse().map_err(|_| bad())?,
                 _ => {
                     return Err(ConnectorError::Config(format!(
-                        "unknown demo:// option '{k}' (known: count, rate, keys, disorder, jitter, late, seed, realtime)"
+                        "unknown demo:// option '{k}' (known: count, rate, keys, disorder, jitter, late, seed, realtime, skew)"
                     )));
                 }
             }
+        }
+        if !(0.0..1.0).contains(&o.skew) {
+            return Err(ConnectorError::Config(format!(
+                "demo:// skew={} is out of range: use 0 (uniform) up to below 1 (0.9: 1% of the keys get 63% of the records)",
+                o.skew
+            )));
         }
         if o.rate <= 0.0 || o.keys == 0 {
             return Err(ConnectorError::Config(
@@ -115,7 +127,12 @@ impl DemoSource {
     fn write_record(&self, i: u64, out: &mut Vec<u8>) {
         let o = &self.options;
         let mut r = SplitMix(o.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let merchant = r.next() % o.keys;
+        let merchant = if o.skew > 0.0 {
+            let hot = r.unit().powf(1.0 / (1.0 - o.skew));
+            ((o.keys as f64 * hot) as u64).min(o.keys - 1)
+        } else {
+            r.next() % o.keys
+        };
         let amount = (r.next() % 50_000) as f64 / 100.0;
         let mut ts_ms = START_MS + (i as f64 * 1000.0 / o.rate) as i64;
         let u = r.unit();
@@ -233,5 +250,36 @@ impl Source for DemoSource {
 
     fn describe(&self) -> String {
         format!("demo://{} ({} records)", self.table, self.options.count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merchants(query: &str, n: u64) -> Vec<u64> {
+        let source = DemoSource::new("orders", DemoOptions::parse(query).unwrap());
+        (0..n)
+            .map(|i| {
+                let mut out = Vec::new();
+                source.write_record(i, &mut out);
+                let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                v["merchant"].as_str().unwrap()[1..].parse().unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn skew_concentrates_records_on_low_keys() {
+        let keys = 10_000;
+        let hot = |m: &[u64]| m.iter().filter(|&&k| k < keys / 100).count() as f64 / m.len() as f64;
+        let uniform = merchants(&format!("keys={keys}"), 20_000);
+        let skewed = merchants(&format!("keys={keys}&skew=0.9"), 20_000);
+        // 1% of the keys: about 1% of the records uniformly, 0.01^0.1 = 63% at skew 0.9.
+        assert!(hot(&uniform) < 0.02, "{}", hot(&uniform));
+        assert!((hot(&skewed) - 0.63).abs() < 0.03, "{}", hot(&skewed));
+        assert!(skewed.iter().all(|&k| k < keys));
+        assert!(DemoOptions::parse("skew=1").is_err());
+        assert!(DemoOptions::parse("skew=-0.1").is_err());
     }
 }

@@ -9,20 +9,28 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use serde::{Deserialize, Serialize};
 
+use ubik_state::StoreManifest;
+
 use crate::error::{EngineError, Result};
 use crate::operator::OperatorSnapshot;
 use crate::progress::Progress;
 use crate::state::StateEntry;
 
 const MAGIC: &[u8; 8] = b"UBIKQS01";
-/// Bumped whenever the layout of operator state changes.
-pub const STATE_FORMAT_VERSION: u32 = 1;
+/// Bumped whenever the layout of operator state changes. Format 2 added
+/// the state store: state kept there is named by the header's `store`
+/// (runs in the store's directory) instead of being in the blob. Format 1
+/// (everything in the blob) still restores.
+pub const STATE_FORMAT_VERSION: u32 = 2;
+const OLDEST_READABLE_FORMAT: u32 = 1;
 
 #[derive(Debug, Default)]
 pub struct QuerySnapshot {
     pub progress: Progress,
     pub fired: i64,
     pub operator: OperatorSnapshot,
+    /// The store's runs holding the rest of the state, if the query has a durable store.
+    pub store: Option<StoreManifest>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -32,6 +40,8 @@ struct Header {
     fired: i64,
     meta: serde_json::Value,
     entries: Vec<(String, u64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    store: Option<StoreManifest>,
 }
 
 impl QuerySnapshot {
@@ -51,6 +61,7 @@ impl QuerySnapshot {
             progress: self.progress.clone(),
             fired: self.fired,
             meta: self.operator.meta.clone(),
+            store: self.store.clone(),
             entries: blobs
                 .iter()
                 .map(|(n, b)| (n.clone(), b.len() as u64))
@@ -80,9 +91,9 @@ impl QuerySnapshot {
             .ok_or_else(|| bad("truncated header"))?;
         let header: Header =
             serde_json::from_slice(json).map_err(|e| bad(&format!("header: {e}")))?;
-        if header.format != STATE_FORMAT_VERSION {
+        if !(OLDEST_READABLE_FORMAT..=STATE_FORMAT_VERSION).contains(&header.format) {
             return Err(EngineError::Checkpoint(format!(
-                "engine state format {} is not supported by this build (expects {STATE_FORMAT_VERSION})",
+                "engine state format {} is not supported by this build (it reads formats {OLDEST_READABLE_FORMAT} to {STATE_FORMAT_VERSION}); resume it with the ubik release that wrote it, or start this pipeline with a new checkpoint directory",
                 header.format
             )));
         }
@@ -104,6 +115,7 @@ impl QuerySnapshot {
                 batches,
                 meta: header.meta,
             },
+            store: header.store,
         })
     }
 }

@@ -41,6 +41,9 @@ pub enum EngineError {
     /// A checkpoint cannot be written or read back.
     #[error("checkpoint error: {0}")]
     Checkpoint(String),
+    /// The state store failed (a disk error, a damaged state file).
+    #[error(transparent)]
+    State(#[from] ubik_state::StateError),
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
     #[error(transparent)]

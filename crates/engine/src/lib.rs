@@ -22,5 +22,7 @@ pub use checkpoint::QuerySnapshot;
 pub use error::{EngineError, Result};
 pub use operator::{ChangeBatch, Output, Reject, RejectReason};
 pub use plan::{QueryOptions, QueryPlan};
-pub use query::Query;
+pub use query::{Query, SpillStats, StateOptions};
 pub use sql::{Catalog, plan_query};
+pub use state::SharedStore;
+pub use ubik_state;

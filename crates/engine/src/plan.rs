@@ -55,6 +55,17 @@ pub struct QueryOptions {
     /// aggregation's key is always its GROUP BY columns). Empty: no key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<String>,
+    /// State TTL of a continuous GROUP BY (µs of event time, 0: none): a
+    /// group whose newest event time is this far behind a sweep point of
+    /// the TTL grid ([`QueryOptions::ttl_grid`]) is dropped from state; if
+    /// its key comes back, its aggregate starts afresh.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_ttl_us: i64,
+    /// With a state TTL: a dropped group whose key is visible downstream is
+    /// retracted with a tombstone (finding dropped groups that were spilled
+    /// reads the whole spilled state at each sweep point).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ttl_tombstones: bool,
     /// Threads a windowed aggregation may fold a large batch on (0: one per
     /// core). Output does not depend on it: every aggregate that runs in
     /// parallel has exact, order-independent state, and rows are emitted in
@@ -67,7 +78,20 @@ fn is_zero(v: &i64) -> bool {
     *v == 0
 }
 
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
 impl QueryOptions {
+    /// The event-time grid state TTL sweeps on: a quarter of the TTL,
+    /// rounded up to the emit interval, so a group lives between the TTL
+    /// and 1.25 times it (plus one emit interval) after its newest event.
+    pub fn ttl_grid(&self) -> i64 {
+        let step = self.emit_interval_us.max(1);
+        let quarter = (self.state_ttl_us / 4).max(1);
+        (quarter.saturating_add(step - 1) / step).saturating_mul(step)
+    }
+
     /// [`Self::threads`] with 0 resolved to the number of cores.
     pub fn resolved_threads(&self) -> usize {
         match self.threads {
@@ -88,6 +112,8 @@ impl Default for QueryOptions {
             max_future_us: 86_400 * MICROS_PER_SECOND,
             event_time: None,
             key: Vec::new(),
+            state_ttl_us: 0,
+            ttl_tombstones: false,
             threads: 0,
         }
     }
@@ -145,6 +171,9 @@ pub struct AggregateSpec {
     pub field: FieldRef,
     /// Types of the argument expressions.
     pub arg_types: Vec<arrow::datatypes::DataType>,
+    /// Types of every input the accumulator takes: the arguments, then
+    /// the ORDER BY expressions (as [`crate::state::AggInputs`] holds them).
+    pub input_types: Vec<arrow::datatypes::DataType>,
 }
 
 impl AggregateSpec {

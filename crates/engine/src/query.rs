@@ -23,8 +23,29 @@ use crate::operator::window::WindowOperator;
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
 use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
 use crate::progress::{PartitionProgress, Progress, source_of};
-use crate::state::StateEntry;
+use crate::state::keyed::Evicted;
+use crate::state::{SharedStore, StateEntry};
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
+
+/// Where a query keeps state that leaves memory, and how much it may hold.
+#[derive(Debug, Clone, Default)]
+pub struct StateOptions {
+    /// The store behind the operators' keyed state. Durable (in a
+    /// checkpoint directory): checkpoints write their changes there. `None`:
+    /// state stays in memory and checkpoints hold it whole.
+    pub store: Option<SharedStore>,
+    /// Bytes of state (operators plus the store's indexes and cache) to
+    /// hold in memory before cold state is spilled to the store.
+    pub memory: Option<usize>,
+}
+
+/// State moved out of memory so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpillStats {
+    pub spills: u64,
+    pub groups: u64,
+    pub bytes_written: u64,
+}
 
 /// The partition joined rows are fed to the stage as.
 const JOINED_PARTITION: u32 = u32::MAX;
@@ -39,11 +60,20 @@ pub struct Query {
     fired: i64,
     /// A first stage: rows are routed, not aggregated.
     shuffle: Option<crate::shuffle::Shuffler>,
+    state: StateOptions,
+    spilled: SpillStats,
 }
 
 impl Query {
+    /// A query whose state stays in memory.
     pub fn new(plan: QueryPlan) -> Result<Self> {
+        Self::with_state(plan, StateOptions::default())
+    }
+
+    /// A query whose state may leave memory as `state` says.
+    pub fn with_state(plan: QueryPlan, state: StateOptions) -> Result<Self> {
         let plan = Arc::new(plan);
+        let store = state.store.as_ref();
         let operator: Option<Box<dyn Operator>> = match &plan.kind {
             QueryKind::Passthrough(_) => None,
             QueryKind::Aggregate(a) => {
@@ -57,7 +87,13 @@ impl Query {
                     Some(WindowSpec::Session { .. }) => {
                         Box::new(SessionOperator::new(a, &plan.options, emitter, schema)?)
                     }
-                    None => Box::new(ContinuousOperator::new(a, &plan.options, emitter, schema)?),
+                    None => Box::new(ContinuousOperator::new(
+                        a,
+                        &plan.options,
+                        emitter,
+                        schema,
+                        store,
+                    )?),
                 })
             }
             QueryKind::Regroup(g) => Some(Box::new(RegroupOperator::new(
@@ -108,6 +144,8 @@ impl Query {
             progress: Progress::new(lateness),
             fired: MIN_TIME,
             shuffle: None,
+            state,
+            spilled: SpillStats::default(),
         })
     }
 
@@ -364,13 +402,52 @@ impl Query {
                 if let Some(op) = self.operator.as_mut() {
                     op.handle_watermark(stage_wm, out)?;
                 }
-                return Ok(());
-            }
-            if let Some(op) = self.operator.as_mut() {
+            } else if let Some(op) = self.operator.as_mut() {
                 op.handle_watermark(wm, out)?;
             }
         }
+        self.enforce_memory()
+    }
+
+    /// Spills cold state when the state held in memory exceeds the budget.
+    /// Between batches and after the watermark was handled, so no group
+    /// waits to be emitted.
+    fn enforce_memory(&mut self) -> Result<()> {
+        let (Some(budget), Some(store), Some(op)) = (
+            self.state.memory,
+            self.state.store.as_ref(),
+            self.operator.as_mut(),
+        ) else {
+            return Ok(());
+        };
+        let store_memory = store.if_open(|s| s.memory()).unwrap_or(0);
+        if op.state_size() + store_memory <= budget {
+            return Ok(());
+        }
+        // Down to 60% of the budget: an eviction rebuilds what stays in
+        // memory, so it evicts in large steps.
+        let target = (budget / 10 * 6).saturating_sub(store_memory);
+        let Evicted {
+            groups,
+            bytes_written,
+            ..
+        } = op.spill(target)?;
+        if groups > 0 {
+            self.spilled.spills += 1;
+            self.spilled.groups += groups as u64;
+            self.spilled.bytes_written += bytes_written;
+        }
         Ok(())
+    }
+
+    /// State moved out of memory so far.
+    pub fn spill_stats(&self) -> SpillStats {
+        self.spilled
+    }
+
+    /// The query's store, if it has one.
+    pub fn store(&self) -> Option<&SharedStore> {
+        self.state.store.as_ref()
     }
 
     /// Hands joined rows to the stage: a pass-through emits them; an
@@ -496,21 +573,26 @@ impl Query {
         Ok(())
     }
 
-    /// The state for a checkpoint, taken between batches.
+    /// The state for a checkpoint, taken between batches. With a durable
+    /// store, the operators first write what changed to it, and the
+    /// snapshot names the store's runs.
     pub fn snapshot(&mut self) -> Result<QuerySnapshot> {
+        let mut operator = match self.operator.as_mut() {
+            Some(op) => op.handle_checkpoint()?,
+            None => Default::default(),
+        };
+        if let Some(j) = self.join.as_mut() {
+            operator.batches.extend(j.snapshot()?);
+        }
+        let store = match self.state.store.as_ref().filter(|s| s.is_durable()) {
+            Some(s) => Some(s.with(|s| Ok(s.checkpoint()?))?),
+            None => None,
+        };
         Ok(QuerySnapshot {
             progress: self.progress.clone(),
             fired: self.fired,
-            operator: {
-                let mut snapshot = match self.operator.as_mut() {
-                    Some(op) => op.handle_checkpoint()?,
-                    None => Default::default(),
-                };
-                if let Some(j) = self.join.as_mut() {
-                    snapshot.batches.extend(j.snapshot()?);
-                }
-                snapshot
-            },
+            operator,
+            store,
         })
     }
 
@@ -518,6 +600,18 @@ impl Query {
     pub fn restore(&mut self, snapshot: QuerySnapshot) -> Result<()> {
         self.progress = snapshot.progress;
         self.fired = snapshot.fired;
+        match (self.state.store.as_ref(), &snapshot.store) {
+            (Some(s), manifest) if s.is_durable() => {
+                let manifest = manifest.clone().unwrap_or_default();
+                s.with(|s| Ok(s.restore(&manifest)?))?;
+            }
+            (_, Some(m)) if !m.is_empty() => {
+                return Err(EngineError::Checkpoint(
+                    "the checkpoint keeps state in a state store, but this query was opened without one".into(),
+                ));
+            }
+            _ => {}
+        }
         let mut operator = snapshot.operator;
         if let Some(j) = self.join.as_mut() {
             let (join, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut operator.batches)
@@ -530,6 +624,19 @@ impl Query {
             op.restore(operator)?;
         }
         Ok(())
+    }
+
+    /// Deletes the store's files that neither the current state nor
+    /// `pinned` (the runs of kept checkpoints) refers to.
+    pub fn retain_state(&self, pinned: &std::collections::BTreeSet<String>) -> Result<()> {
+        match &self.state.store {
+            Some(s) => s
+                .if_open(|s| s.retain(pinned))
+                .transpose()
+                .map(|_| ())
+                .map_err(Into::into),
+            None => Ok(()),
+        }
     }
 
     pub fn state_size(&self) -> usize {

@@ -96,17 +96,25 @@ fn setting_text(name: &str, kind: SettingKind, v: &Bound<'_, PyAny>) -> PyResult
     if let Ok(s) = v.cast::<PyString>() {
         return Ok(s.to_cow()?.into_owned());
     }
+    if kind == SettingKind::Text
+        && let Ok(b) = v.cast::<PyBool>()
+    {
+        // Switches such as `ttl_tombstones=True`.
+        return Ok(b.is_true().to_string());
+    }
     match kind {
         SettingKind::Duration => Ok(format!("{}us", duration(v, name)?.as_micros())),
-        SettingKind::Count => {
+        SettingKind::Count | SettingKind::Bytes => {
+            let what = match kind {
+                SettingKind::Bytes => "a number of bytes or a size like \"2GiB\"",
+                _ => "a whole number",
+            };
             if v.is_instance_of::<PyBool>() {
-                return Err(PyTypeError::new_err(format!(
-                    "{name} must be a whole number"
-                )));
+                return Err(PyTypeError::new_err(format!("{name} must be {what}")));
             }
             let n: i64 = v
                 .extract()
-                .map_err(|_| PyTypeError::new_err(format!("{name} must be a whole number")))?;
+                .map_err(|_| PyTypeError::new_err(format!("{name} must be {what}")))?;
             Ok(n.to_string())
         }
         SettingKind::Text => Err(PyTypeError::new_err(format!("{name} must be a string"))),

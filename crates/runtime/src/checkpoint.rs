@@ -3,10 +3,13 @@
 //! ```text
 //! DIR/CURRENT              name of the latest complete checkpoint
 //! DIR/ckpt-00000042/       one checkpoint (kept: the last few)
-//!     manifest.json        format, pipeline fingerprint, epoch, source position, counters
+//!     manifest.json        format, pipeline fingerprint, epoch, source position, counters,
+//!                          the state runs it refers to
 //!     engine.state         watermarks + operator state (Arrow IPC, see ubik_engine::checkpoint)
 //!     pending.arrow        output handed to the host after this point, if any (Python leg)
 //! DIR/idle.log             idle-close decisions since the last checkpoint
+//! DIR/state/               the state store's runs (or --state-dir): immutable files that
+//!                          several checkpoints share; a file no kept checkpoint refers to is deleted
 //! ```
 //!
 //! A checkpoint is written into `ckpt-N.tmp/`, every file fsynced, renamed
@@ -57,6 +60,14 @@ pub struct Manifest {
     /// The pipeline watermark (µs) at the checkpoint (for reporting).
     #[serde(default = "no_watermark")]
     pub watermark: i64,
+    /// The state store's runs this checkpoint refers to (they must not be
+    /// deleted while it is kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_runs: Vec<String>,
+    /// Bytes this checkpoint wrote: its own files and the state runs
+    /// written since the previous one (for reporting).
+    #[serde(default)]
+    pub bytes_written: u64,
 }
 
 fn no_watermark() -> i64 {
@@ -153,6 +164,33 @@ impl CheckpointStore {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether checkpoints are also saved to a replica (a consumer group's state topic).
+    pub fn has_replica(&self) -> bool {
+        self.replica.is_some()
+    }
+
+    /// The state runs the kept checkpoints refer to.
+    pub fn pinned_runs(&self) -> Result<std::collections::BTreeSet<String>> {
+        let mut runs = std::collections::BTreeSet::new();
+        let entries = fs::read_dir(&self.dir).map_err(|e| ckpt_err("cannot list", &self.dir, e))?;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !name.starts_with("ckpt-") || name.ends_with(".tmp") {
+                continue;
+            }
+            let path = e.path().join("manifest.json");
+            let Ok(text) = fs::read(&path) else { continue };
+            let manifest: Manifest = serde_json::from_slice(&text).map_err(|err| {
+                RuntimeError::Checkpoint(format!(
+                    "{} is not a valid manifest: {err}",
+                    path.display()
+                ))
+            })?;
+            runs.extend(manifest.state_runs);
+        }
+        Ok(runs)
     }
 
     fn name(epoch: u64) -> String {

@@ -23,7 +23,7 @@ use ubik_engine::plan::EventTime;
 use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
 use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
-use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot};
+use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
 use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
 
@@ -46,6 +46,9 @@ pub struct Stats {
     pub changes_out: u64,
     pub checkpoints: u64,
     pub last_checkpoint_ms: f64,
+    /// Bytes the last checkpoint wrote (its files and new state runs).
+    pub last_checkpoint_bytes: u64,
+    /// Engine state bytes: the checkpoint blob and the state runs on disk.
     pub state_bytes: u64,
     pub state_keys: u64,
     pub watermark: i64,
@@ -70,6 +73,7 @@ impl Default for Stats {
             changes_out: 0,
             checkpoints: 0,
             last_checkpoint_ms: 0.0,
+            last_checkpoint_bytes: 0,
             commit_latency_last_ms: 0.0,
             commit_latency_max_ms: 0.0,
             state_bytes: 0,
@@ -109,9 +113,9 @@ pub enum Stage {
 /// Writes one routed record (target partition, bytes).
 pub type ShuffleWrite<'a> = dyn FnMut(u32, &[u8]) -> std::result::Result<(), ConnectorError> + 'a;
 
-/// A query for `stage`.
-fn query_for(plan: QueryPlan, stage: Stage) -> Result<Query> {
-    let mut query = Query::new(plan)?;
+/// A query for `stage`, its state kept as `state` says.
+fn query_for(plan: QueryPlan, stage: Stage, state: &StateOptions) -> Result<Query> {
+    let mut query = Query::with_state(plan, state.clone())?;
     match stage {
         Stage::Whole => {}
         Stage::Shuffle { partitions } => query.set_shuffle(partitions)?,
@@ -217,7 +221,48 @@ pub struct Pipeline {
     progress_sent: BTreeMap<u32, (i64, bool)>,
     /// The source positions of the last checkpoint (or resume).
     checkpointed_at: Option<serde_json::Value>,
+    /// Where the query's state goes when it leaves memory (every query
+    /// this pipeline makes shares the one store).
+    state: StateOptions,
     pub stats: Stats,
+}
+
+/// The state store and memory budget of a pipeline: a durable store in
+/// the checkpoint directory's `state/` (or `state_dir`) when checkpoints
+/// are local, else a temporary one for spills only. A consumer group's
+/// task replicates whole checkpoints to its state topic, so its state
+/// store holds spills only.
+fn state_options(
+    settings: &Settings,
+    checkpoints: Option<&CheckpointStore>,
+) -> Result<StateOptions> {
+    let options = ubik_engine::ubik_state::StoreOptions {
+        cache_bytes: settings
+            .state_memory
+            .map_or(64 << 20, |m| (m / 16).clamp(1 << 20, 64 << 20)) as usize,
+        ..Default::default()
+    };
+    let store = match checkpoints.filter(|c| !c.has_replica()) {
+        Some(c) => {
+            let dir = settings
+                .state_dir
+                .clone()
+                .unwrap_or_else(|| c.dir().join("state"));
+            SharedStore::durable(
+                ubik_engine::ubik_state::StateStore::open(&dir, options)
+                    .map_err(ubik_engine::EngineError::from)?,
+            )
+        }
+        None => SharedStore::temporary(settings.state_dir.clone(), options),
+    };
+    Ok(StateOptions {
+        store: Some(store),
+        memory: Some(
+            settings
+                .state_memory
+                .unwrap_or_else(crate::settings::default_state_memory) as usize,
+        ),
+    })
 }
 
 impl Pipeline {
@@ -280,7 +325,8 @@ impl Pipeline {
                 "a query over several sources cannot be repartitioned yet".into(),
             ));
         }
-        let mut query = query_for(plan, stage)?;
+        let state = state_options(settings, store.as_ref())?;
+        let mut query = query_for(plan, stage, &state)?;
         let mut inputs = Vec::with_capacity(sources.len());
         for opened in sources {
             let OpenedSource {
@@ -353,6 +399,7 @@ impl Pipeline {
             shuffle_next: BTreeMap::new(),
             progress_sent: BTreeMap::new(),
             checkpointed_at: None,
+            state,
             stats: Stats::default(),
         };
         if store.is_some() {
@@ -391,13 +438,17 @@ impl Pipeline {
             )));
         }
         let idle = store.read_idle(m.epoch + 1)?;
+        let pinned = store.pinned_runs()?;
         let positions = m.source.clone();
         self.seek_all(&positions)?;
         self.finished = false;
         let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
         let plan = self.query.plan().clone();
-        let mut query = query_for(plan, self.stage)?;
+        let mut query = query_for(plan, self.stage, &self.state)?;
         query.restore(snapshot)?;
+        // Runs written after that checkpoint (spills, compactions) are
+        // garbage now, as are those of checkpoints no longer kept.
+        query.retain_state(&pinned)?;
         self.shuffled.clear();
         self.progress_sent.clear();
         self.checkpointed_at = Some(positions);
@@ -432,7 +483,7 @@ impl Pipeline {
                 input.name
             )));
         }
-        let mut query = query_for(self.query.plan().clone(), self.stage)?;
+        let mut query = query_for(self.query.plan().clone(), self.stage, &self.state)?;
         self.shuffled.clear();
         self.progress_sent.clear();
         self.checkpointed_at = None;
@@ -991,7 +1042,19 @@ impl Pipeline {
             return Ok(());
         }
         let started = Instant::now();
+        let written_before = self.state_bytes_written();
         let snapshot = self.query.snapshot()?;
+        let state_runs: Vec<String> = snapshot
+            .store
+            .as_ref()
+            .map(|m| m.runs().map(String::from).collect())
+            .unwrap_or_default();
+        let state_disk = self
+            .query
+            .store()
+            .and_then(|s| s.if_open(|s| s.disk_bytes()))
+            .unwrap_or(0);
+        let runs_written = self.state_bytes_written() - written_before;
         let state = snapshot.encode()?;
         let epoch = self.epoch + 1;
         let position = self.positions();
@@ -1018,15 +1081,22 @@ impl Pipeline {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0),
-            state_bytes: state.len() as u64,
+            state_bytes: state.len() as u64 + state_disk,
             state_keys: self.query.state_keys() as u64,
             watermark: self.query.watermark(),
+            state_runs,
+            bytes_written: state.len() as u64
+                + pending_bytes.as_ref().map_or(0, |p| p.len() as u64)
+                + runs_written,
         };
         let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
         store.write(&manifest, &state, pending_bytes.as_deref())?;
         store.truncate_idle(epoch + 1)?;
+        if !manifest.state_runs.is_empty() || state_disk > 0 {
+            self.query.retain_state(&store.pinned_runs()?)?;
+        }
         self.epoch = epoch;
         self.checkpointed_at = Some(position.clone());
         match self.inputs.as_mut_slice() {
@@ -1041,15 +1111,25 @@ impl Pipeline {
         }
         self.stats.checkpoints += 1;
         self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.stats.state_bytes = state.len() as u64;
+        self.stats.state_bytes = manifest.state_bytes;
         self.stats.state_keys = manifest.state_keys;
+        self.stats.last_checkpoint_bytes = manifest.bytes_written;
         debug!(
             epoch,
             bytes = state.len(),
+            written = manifest.bytes_written,
             ms = self.stats.last_checkpoint_ms,
             "checkpoint written"
         );
         Ok(())
+    }
+
+    /// Bytes of state runs written so far (spills, checkpoints' changes).
+    fn state_bytes_written(&self) -> u64 {
+        self.query
+            .store()
+            .and_then(|s| s.if_open(|s| s.stats().bytes_written))
+            .unwrap_or(0)
     }
 
     /// A second stage whose first stages all ended (a bounded input): its

@@ -31,6 +31,8 @@ pub enum SettingKind {
     Duration,
     /// A whole number.
     Count,
+    /// Bytes: `512MiB`, `2GiB`, `1.5GB`, or a number of bytes.
+    Bytes,
     /// One of a few words, or a name.
     Text,
 }
@@ -109,6 +111,26 @@ pub const SETTINGS: &[(&str, SettingKind, &str)] = &[
         "Kafka emit mode: transactional or idempotent",
     ),
     (
+        "state_ttl",
+        SettingKind::Duration,
+        "drop a continuous GROUP BY's group whose newest event is this far behind the watermark (0: never)",
+    ),
+    (
+        "ttl_tombstones",
+        SettingKind::Text,
+        "with state_ttl: retract a dropped group with a tombstone (true or false)",
+    ),
+    (
+        "state_memory",
+        SettingKind::Bytes,
+        "state held in memory before cold state spills to disk (default: half the machine's memory)",
+    ),
+    (
+        "state_dir",
+        SettingKind::Text,
+        "directory of spilled and checkpointed state (default: CHECKPOINT/state, or a temporary directory)",
+    ),
+    (
         "key",
         SettingKind::Text,
         "record key of an append-only result: output columns, comma-separated",
@@ -135,6 +157,12 @@ pub struct Settings {
     pub keep_checkpoints: usize,
     /// Kafka emit mode of a `kafka://` sink.
     pub emit: EmitMode,
+    /// Bytes of state held in memory before cold state spills (`None`:
+    /// [`default_state_memory`]).
+    pub state_memory: Option<u64>,
+    /// Where state runs live (`None`: the checkpoint's `state/`, or a
+    /// temporary directory without checkpoints).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Settings {
@@ -149,8 +177,52 @@ impl Default for Settings {
             checkpoint_every: None,
             keep_checkpoints: 5,
             emit: EmitMode::Transactional,
+            state_memory: None,
+            state_dir: None,
         }
     }
+}
+
+/// The default memory budget for state: half the memory of the machine,
+/// or of the container's cgroup limit when that is lower.
+pub fn default_state_memory() -> u64 {
+    let machine = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(8 << 30, |kib| kib * 1024);
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    machine.min(cgroup.unwrap_or(u64::MAX)) / 2
+}
+
+/// Parses a size: a number of bytes, or a number with a unit (`KB`, `MB`,
+/// `GB`, `TB`: powers of 1000; `KiB`, `MiB`, `GiB`, `TiB`: powers of 1024).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "tb" | "t" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let bytes = number * scale;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
 }
 
 fn bad(name: &str, value: &str, expected: &str) -> RuntimeError {
@@ -229,6 +301,27 @@ impl Settings {
             "checkpoint_interval" => self.checkpoint_interval = duration(name, value)?,
             "checkpoint_every" => self.checkpoint_every = Some(count(name, value, 1)?),
             "keep_checkpoints" => self.keep_checkpoints = count(name, value, 1)? as usize,
+            "state_ttl" => self.query.state_ttl_us = micros(name, value)?,
+            "ttl_tombstones" => {
+                self.query.ttl_tombstones = match value {
+                    "true" | "1" | "yes" => true,
+                    "false" | "0" | "no" => false,
+                    _ => return Err(bad(name, value, "not one of true, false")),
+                }
+            }
+            "state_memory" => {
+                let bytes = parse_bytes(value)
+                    .filter(|&b| b >= 1 << 20)
+                    .ok_or_else(|| {
+                        bad(
+                            name,
+                            value,
+                            "not a size of at least 1MiB; use e.g. 512MiB, 2GiB, 1.5GB",
+                        )
+                    })?;
+                self.state_memory = Some(bytes);
+            }
+            "state_dir" => self.state_dir = Some(value.into()),
             "emit" => {
                 self.emit = match value {
                     "transactional" => EmitMode::Transactional,
@@ -258,12 +351,15 @@ mod tests {
             let good = match (name, kind) {
                 (&"on_error", _) => "dlq",
                 (&"emit", _) => "idempotent",
+                (&"ttl_tombstones", _) => "true",
                 (_, SettingKind::Duration) => "250ms",
                 (_, SettingKind::Count) => "7",
+                (_, SettingKind::Bytes) => "64MiB",
                 (_, SettingKind::Text) => "ts",
             };
             Settings::default().set(name, good).unwrap();
-            if *kind != SettingKind::Text || matches!(*name, "on_error" | "emit") {
+            if *kind != SettingKind::Text || matches!(*name, "on_error" | "emit" | "ttl_tombstones")
+            {
                 let e = Settings::default().set(name, "nope").unwrap_err();
                 assert!(e.to_string().contains(name), "{e}");
             }
@@ -284,6 +380,13 @@ mod tests {
             s.query.resolved_threads().max(1)
         );
         assert!(s.set("batch_size", "0").is_err());
+        s.set("state_memory", "1.5GiB").unwrap();
+        assert_eq!(s.state_memory, Some(1_610_612_736));
+        assert_eq!(parse_bytes("2GB"), Some(2_000_000_000));
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert!(s.set("state_memory", "lots").is_err());
+        assert!(s.set("state_memory", "1KB").is_err());
+        assert!(default_state_memory() > 1 << 20);
         assert!(s.set("lateness", "-1s").is_err());
     }
 }

@@ -17,7 +17,7 @@ use ubik_format::schema::sql_type;
 use ubik_runtime::Settings;
 
 use crate::Error;
-use crate::harness::{Feed, Record, run_with_rejects};
+use crate::harness::{Feed, Record, Spill, run_full};
 
 struct Table {
     schema: SchemaRef,
@@ -227,17 +227,30 @@ impl StreamDb {
             })
             .collect();
         let layouts = layouts(&batches, &arrivals)?;
-        let (reference, reference_rejects) = layouts[0].run(&plan, None)?;
+        let (reference, reference_rejects) = layouts[0].run(&plan, None, None)?;
         // The same input, batched differently, with partitions interleaved
-        // differently, and resumed from a checkpoint in the middle, must give
-        // the same bytes and reject the same rows.
+        // differently, resumed from a checkpoint in the middle, and with its
+        // state spilled to a store after every batch, must give the same
+        // bytes and reject the same rows.
         for layout in &layouts[1..] {
             let len = layout.feeds.len();
-            let mut restores = vec![None, Some(len / 3), Some(2 * len / 3)];
-            restores.dedup();
-            for restore in restores.into_iter().filter(|r| r.is_none_or(|r| r < len)) {
-                let (got, rejects) = layout.run(&plan, restore)?;
-                let what = format!("{}, restore after feed {restore:?}", layout.name);
+            let mut runs = vec![
+                (None, None),
+                (Some(len / 3), None),
+                (Some(2 * len / 3), Some(Spill::TINY)),
+            ];
+            runs.dedup_by_key(|r| (r.0, r.1.is_some()));
+            for (restore, spill) in runs.into_iter().filter(|r| r.0.is_none_or(|r| r < len)) {
+                let (got, rejects) = layout.run(&plan, restore, spill)?;
+                let what = format!(
+                    "{}, restore after feed {restore:?}{}",
+                    layout.name,
+                    if spill.is_some() {
+                        ", state spilled to a store after every batch"
+                    } else {
+                        ""
+                    }
+                );
                 check_same(&reference, &got, &what)?;
                 if rejects != reference_rejects {
                     return Err(Error::Other(format!(
@@ -326,8 +339,13 @@ impl Layout {
     }
 
     /// The changelog, and the rejected rows in row order.
-    fn run(&self, plan: &QueryPlan, restore: Option<usize>) -> Result<Outcome, Error> {
-        let out = run_with_rejects(plan, &self.feeds, restore)?;
+    fn run(
+        &self,
+        plan: &QueryPlan,
+        restore: Option<usize>,
+        spill: Option<Spill>,
+    ) -> Result<Outcome, Error> {
+        let out = run_full(plan, &self.feeds, restore, None, spill)?;
         let mut rejects: Vec<DeadLetter> = out
             .rejects
             .iter()

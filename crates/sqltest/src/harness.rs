@@ -1,8 +1,14 @@
 //! Runs a streaming query over in-memory input with a chosen batching,
 //! partitioning and an optional snapshot/restore, and returns the changelog.
+//! A run may keep its state in a state store with a tiny memory budget
+//! ([`Spill`]), so every batch spills its groups and reads them back, and a
+//! restore reopens the store as a restarted process would.
+
+use std::collections::BTreeSet;
 
 use arrow::array::RecordBatch;
-use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot, Reject};
+use ubik_engine::ubik_state::{StateStore, StoreOptions};
+use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot, Reject, SharedStore, StateOptions};
 use ubik_format::changelog::ChangelogEncoder;
 
 use crate::Error;
@@ -87,7 +93,73 @@ pub fn run_checkpointing(
     restore_after: Option<usize>,
     snapshot_every: Option<usize>,
 ) -> Result<RunOutput, Error> {
-    let mut query = Query::new(plan.clone())?;
+    run_full(plan, feeds, restore_after, snapshot_every, None)
+}
+
+/// Where a run keeps its state: a state store in a temporary directory,
+/// with this many bytes of memory (1: every group is spilled after every
+/// batch and read back when touched again). A durable store is part of
+/// the checkpoints (they refer to its files); a temporary one holds spills
+/// only, and checkpoints carry the whole state (as a consumer group's do).
+#[derive(Debug, Clone, Copy)]
+pub struct Spill {
+    pub memory: usize,
+    pub durable: bool,
+}
+
+impl Spill {
+    /// Every operator spills all it can after every batch.
+    pub const TINY: Spill = Spill {
+        memory: 1,
+        durable: true,
+    };
+    /// [`Spill::TINY`] to a store that checkpoints do not refer to.
+    pub const TINY_TEMPORARY: Spill = Spill {
+        memory: 1,
+        durable: false,
+    };
+}
+
+/// A query over `plan` whose state lives in `dir` (opened anew, as a
+/// restarted process opens it).
+fn spilling_query(plan: &QueryPlan, dir: &std::path::Path, spill: Spill) -> Result<Query, Error> {
+    let options = StoreOptions {
+        cache_bytes: 64 * 1024,
+        ..Default::default()
+    };
+    let store = if spill.durable {
+        SharedStore::durable(
+            StateStore::open(dir, options).map_err(ubik_engine::EngineError::from)?,
+        )
+    } else {
+        SharedStore::temporary(Some(dir.to_path_buf()), options)
+    };
+    Ok(Query::with_state(
+        plan.clone(),
+        StateOptions {
+            store: Some(store),
+            memory: Some(spill.memory),
+        },
+    )?)
+}
+
+/// [`run_checkpointing`], with the state in a store when `spill` is given.
+pub fn run_full(
+    plan: &QueryPlan,
+    feeds: &[Feed],
+    restore_after: Option<usize>,
+    snapshot_every: Option<usize>,
+    spill: Option<Spill>,
+) -> Result<RunOutput, Error> {
+    let dir = match spill {
+        Some(_) => Some(tempfile::tempdir().map_err(|e| Error::Other(e.to_string()))?),
+        None => None,
+    };
+    let new_query = || match (spill, &dir) {
+        (Some(spill), Some(dir)) => spilling_query(plan, dir.path(), spill),
+        _ => Ok(Query::new(plan.clone())?),
+    };
+    let mut query = new_query()?;
     let mut partitions: Vec<u32> = feeds.iter().map(|f| f.partition).collect();
     partitions.sort_unstable();
     partitions.dedup();
@@ -134,8 +206,17 @@ pub fn run_checkpointing(
         }
         if restore_after == Some(i) {
             let bytes = query.snapshot()?.encode()?;
-            let mut resumed = Query::new(plan.clone())?;
-            resumed.restore(QuerySnapshot::decode(&bytes)?)?;
+            // The process ends (its store closes), another one resumes.
+            drop(query);
+            let mut resumed = new_query()?;
+            let snapshot = QuerySnapshot::decode(&bytes)?;
+            let pinned: BTreeSet<String> = snapshot
+                .store
+                .iter()
+                .flat_map(|m| m.runs().map(String::from))
+                .collect();
+            resumed.restore(snapshot)?;
+            resumed.retain_state(&pinned)?;
             query = resumed;
         }
     }

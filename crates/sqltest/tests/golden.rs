@@ -13,6 +13,11 @@ fn golden_sql_files() {
         .expect("slt directory")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        // UBIK_SLT=name runs the files whose name contains `name` only.
+        .filter(|p| {
+            std::env::var("UBIK_SLT")
+                .map_or(true, |only| p.to_string_lossy().contains(only.as_str()))
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());

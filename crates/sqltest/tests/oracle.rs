@@ -7,7 +7,7 @@
 use arrow::array::RecordBatch;
 use ubik_engine::{Catalog, QueryOptions, plan_query};
 use ubik_format::json::JsonDecoder;
-use ubik_sqltest::harness::{Feed, Record, chunks, run, run_checkpointing, run_with_rejects};
+use ubik_sqltest::harness::{Feed, Record, Spill, chunks, run, run_full, run_with_rejects};
 use ubik_testkit::{Orders, Rng, State, assert_matches, oracle};
 
 fn schema() -> arrow::datatypes::SchemaRef {
@@ -543,15 +543,27 @@ fn a_restore_anywhere_gives_the_same_changelog() {
                 case.name,
                 feeds.len()
             );
-            // Checkpoints taken as the query runs on change nothing either.
+            // Checkpoints taken as the query runs on change nothing either,
+            // nor does keeping the state in a store (spilled after every
+            // batch, each checkpoint writing what changed).
             let every = 1 + rng.below(20) as usize;
-            let checkpointed = run_checkpointing(&plan, &resumed, Some(at), Some(every))
+            let spill = match seed % 4 {
+                1 => Some(Spill::TINY),
+                3 => Some(Spill::TINY_TEMPORARY),
+                _ => None,
+            };
+            let checkpointed = run_full(&plan, &resumed, Some(at), Some(every), spill)
                 .unwrap()
                 .records;
             assert!(
                 checkpointed == reference,
-                "{} seed {seed}: with a snapshot every {every} feeds, the changelog differs",
-                case.name
+                "{} seed {seed}: with a snapshot every {every} feeds{}, the changelog differs",
+                case.name,
+                match spill {
+                    Some(s) if s.durable => " and the state spilled to a store",
+                    Some(_) => " and the state spilled to a temporary store",
+                    None => "",
+                }
             );
         }
     }

@@ -6,11 +6,18 @@
 //! subset in a scratch accumulator. That is linear in the number of groups,
 //! which is fine for windows (read once, at close) and for the less common
 //! aggregates of continuous queries; the common ones are native.
+//!
+//! Groups are added with [`DataFusionAccumulator::grow`] before any call
+//! that would add them: DataFusion's accumulators assume that every new
+//! group below a call's `total_num_groups` appears in that call, and take
+//! one that does not (a group loaded from the state store later, or one
+//! with no rows yet) to have seen a value.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use arrow::array::{ArrayRef, BooleanArray, UInt32Array, new_null_array};
 use arrow::compute::take;
+use arrow::datatypes::DataType;
 use datafusion_expr::{EmitTo, GroupsAccumulator};
 use datafusion_physical_expr::GroupsAccumulatorAdapter;
 use datafusion_physical_expr::aggregate::AggregateFunctionExpr;
@@ -23,6 +30,8 @@ pub struct DataFusionAccumulator {
     function: Arc<AggregateFunctionExpr>,
     acc: Box<dyn GroupsAccumulator>,
     groups: usize,
+    /// Types of the inputs `update` takes (for [`Self::grow`]).
+    input_types: Vec<DataType>,
 }
 
 impl DataFusionAccumulator {
@@ -33,7 +42,27 @@ impl DataFusionAccumulator {
             function,
             acc,
             groups: 0,
+            input_types: spec.input_types.clone(),
         })
+    }
+
+    /// Adds empty groups up to `total`: one row filtered out (so no
+    /// aggregate folds it, and every one sizes its state for `total`
+    /// groups, the new ones unseen).
+    fn grow(&mut self, total: usize) -> Result<()> {
+        if total <= self.groups {
+            return Ok(());
+        }
+        let args: Vec<ArrayRef> = self
+            .input_types
+            .iter()
+            .map(|t| new_null_array(t, 1))
+            .collect();
+        let skip = BooleanArray::from(vec![false]);
+        self.acc
+            .update_batch(&args, &[total - 1], Some(&skip), total)?;
+        self.groups = total;
+        Ok(())
     }
 
     fn fresh(function: &Arc<AggregateFunctionExpr>) -> Result<Box<dyn GroupsAccumulator>> {
@@ -75,7 +104,7 @@ impl StreamAccumulator for DataFusionAccumulator {
         filter: Option<&BooleanArray>,
         total_groups: usize,
     ) -> Result<()> {
-        self.groups = self.groups.max(total_groups);
+        self.grow(total_groups)?;
         self.acc.update_batch(args, groups, filter, self.groups)?;
         Ok(())
     }
@@ -90,10 +119,8 @@ impl StreamAccumulator for DataFusionAccumulator {
     }
 
     fn evaluate_all_and_clear(&mut self, total_groups: usize) -> Result<ArrayRef> {
-        if self.groups < total_groups {
-            // Groups that never saw a row still need their empty value.
-            self.acc.update_batch(&[], &[], None, total_groups)?;
-        }
+        // Groups that never saw a row still need their empty value.
+        self.grow(total_groups)?;
         let out = self.acc.evaluate(EmitTo::All)?;
         self.acc = Self::fresh(&self.function)?;
         self.groups = 0;
@@ -106,7 +133,7 @@ impl StreamAccumulator for DataFusionAccumulator {
     }
 
     fn merge(&mut self, states: &[ArrayRef], groups: &[usize], total_groups: usize) -> Result<()> {
-        self.groups = self.groups.max(total_groups);
+        self.grow(total_groups)?;
         self.acc.merge_batch(states, groups, self.groups)?;
         Ok(())
     }

@@ -6,6 +6,19 @@
 //! when the global watermark passes that point, all partitions' rows of one
 //! point together in partition order. So each emission contains exactly the
 //! rows stamped before its grid point, however partitions interleave.
+//!
+//! With a state store, the groups live in its table `groups`: cold groups
+//! are evicted to it under the memory budget, and a checkpoint writes the
+//! groups changed since the last one.
+//!
+//! State TTL ([`QueryOptions::state_ttl_us`]): at every point `s` of the
+//! TTL grid the watermark passes (after the rows of the grid point `s`
+//! were folded in), the groups whose newest event time is at most `s - ttl`
+//! are dropped, with a tombstone for those visible downstream if asked.
+//! Sweeps follow event time: none goes past the newest event time folded
+//! in, so the end of a bounded input drops nothing.
+//! Groups spilled to the store are dropped there by the same cutoff, so
+//! what is dropped never depends on what was in memory.
 
 use arrow::datatypes::SchemaRef;
 
@@ -14,7 +27,9 @@ use super::eval::AggEvaluator;
 use super::{Operator, OperatorSnapshot, Output, StampedBatch};
 use crate::error::Result;
 use crate::plan::{AggregatePlan, EventTime, QueryOptions};
-use crate::state::{KeyedState, PendingRows, StateEntry};
+use crate::state::keyed::Evicted;
+use crate::state::{KeyedState, PendingRows, SharedStore, StateEntry};
+use crate::time::MIN_TIME;
 
 /// The grid continuous stages flush on: the emit interval of event time,
 /// or every so many rows of a query without event time.
@@ -32,7 +47,38 @@ pub struct ContinuousOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     state: KeyedState,
+    /// The store behind `state` outlives the process: checkpoints write
+    /// the changed groups there, not into the snapshot.
+    store_durable: bool,
     pending: PendingRows,
+    ttl: Option<Ttl>,
+}
+
+/// State TTL of a continuous GROUP BY.
+#[derive(Debug, Clone, Copy)]
+struct Ttl {
+    ttl: i64,
+    /// Sweep points are the multiples of this.
+    grid: i64,
+    tombstones: bool,
+    /// The last sweep point done (`MIN_TIME`: none yet).
+    swept: i64,
+    /// The newest event time folded in (`MIN_TIME`: none).
+    newest: i64,
+}
+
+impl Ttl {
+    /// The next sweep point the watermark has passed. Sweeps go no further
+    /// than the newest event time folded in: the watermark jumps to the end
+    /// of time when a bounded input ends, and that is no reason to drop
+    /// anything (a backfill ends with the state as of its last event).
+    fn next(&self, watermark: i64) -> Option<i64> {
+        if self.newest == MIN_TIME {
+            return None;
+        }
+        let s = self.swept.saturating_add(self.grid);
+        (s <= watermark && s <= self.newest).then_some(s)
+    }
 }
 
 impl ContinuousOperator {
@@ -41,17 +87,36 @@ impl ContinuousOperator {
         options: &QueryOptions,
         emitter: Emitter,
         source_schema: SchemaRef,
+        store: Option<&SharedStore>,
     ) -> Result<Self> {
         let has_event_time = matches!(plan.event_time, EventTime::Column(_));
         let grid = flush_grid(&plan.event_time, options);
+        let mut state =
+            KeyedState::new(&plan.group_fields, &plan.aggregates, true, has_event_time)?;
+        if let Some(store) = store {
+            state = state.with_store(store.clone(), "groups")?;
+        }
         Ok(Self {
             grid,
             has_event_time,
             eval: AggEvaluator::new(plan),
             emitter,
-            state: KeyedState::new(&plan.group_fields, &plan.aggregates, true, has_event_time)?,
+            state,
+            store_durable: store.is_some_and(SharedStore::is_durable),
             pending: PendingRows::new(source_schema, "__time"),
+            ttl: (options.state_ttl_us > 0 && has_event_time).then(|| Ttl {
+                ttl: options.state_ttl_us,
+                grid: options.ttl_grid(),
+                tombstones: options.ttl_tombstones,
+                swept: MIN_TIME,
+                newest: MIN_TIME,
+            }),
         })
+    }
+
+    /// Whether checkpoints keep the groups in the store.
+    fn groups_in_store(&self) -> bool {
+        self.state.has_store() && self.store_durable
     }
 
     fn flush(&mut self, tick: i64, out: &mut Output) -> Result<()> {
@@ -66,6 +131,17 @@ impl ContinuousOperator {
             let times = self.has_event_time.then_some(p.values.as_slice());
             self.state
                 .update(&keys, p.batch.num_rows(), &inputs, times)?;
+            if let Some(t) = self.ttl.as_mut() {
+                let newest = p.values.iter().copied().max().unwrap_or(MIN_TIME);
+                if t.newest == MIN_TIME && newest != MIN_TIME {
+                    // Sweeps start at the grid point before the first event
+                    // time folded in (nothing expires before it). Not the
+                    // tick's: rows stamped before any watermark sit at a
+                    // tick near the start of time.
+                    t.swept = newest.div_euclid(t.grid).saturating_mul(t.grid);
+                }
+                t.newest = t.newest.max(newest);
+            }
         }
         let groups = self.state.take_dirty();
         if groups.is_empty() {
@@ -84,6 +160,38 @@ impl ContinuousOperator {
         out.changes.extend(batch);
         Ok(())
     }
+
+    /// Drops the groups whose newest event time is at most `point - ttl`.
+    fn sweep(&mut self, point: i64, out: &mut Output) -> Result<()> {
+        let ttl = self.ttl.expect("sweeps need a TTL");
+        let cutoff = point.saturating_sub(ttl.ttl);
+        if ttl.tombstones {
+            // Spilled groups must be in memory to be retracted.
+            self.state.load_expired(cutoff)?;
+        }
+        let expired = self.state.expired(cutoff);
+        if !expired.is_empty() {
+            if ttl.tombstones {
+                let n = expired.len();
+                let rows = StageRows {
+                    keys: self.state.keys(&expired)?,
+                    window: None,
+                    values: self.state.evaluate(&expired)?,
+                    timestamps: vec![point; n],
+                    visible: self.state.visible(&expired),
+                    retract: vec![true; n],
+                };
+                let (batch, _) = self.emitter.emit(rows)?;
+                out.changes.extend(batch);
+            }
+            self.state.drop_groups(&expired)?;
+        }
+        self.state.expire_stored(cutoff)?;
+        if let Some(t) = self.ttl.as_mut() {
+            t.swept = point;
+        }
+        Ok(())
+    }
 }
 
 impl Operator for ContinuousOperator {
@@ -99,21 +207,43 @@ impl Operator for ContinuousOperator {
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
-        while let Some(tick) = self.pending.due(watermark) {
-            self.flush(tick, out)?;
+        loop {
+            let flush = self.pending.due(watermark);
+            let sweep = self.ttl.and_then(|t| t.next(watermark));
+            match (flush, sweep) {
+                // A point's rows are folded in before its sweep.
+                (Some(f), Some(s)) if s < f => self.sweep(s, out)?,
+                (Some(f), _) => self.flush(f, out)?,
+                (None, Some(s)) => self.sweep(s, out)?,
+                (None, None) => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
-        let mut batches = vec![(StateEntry::Groups, self.state.snapshot()?)];
+        let mut batches = Vec::new();
+        if self.groups_in_store() {
+            self.state.persist()?;
+        } else {
+            batches.push((StateEntry::Groups, self.state.snapshot_all()?));
+        }
         self.pending.snapshot(&mut batches)?;
-        Ok(OperatorSnapshot::new(batches))
+        let mut snapshot = OperatorSnapshot::new(batches);
+        if let Some(t) = &self.ttl {
+            snapshot.meta = serde_json::json!({ "ttl_swept": t.swept, "ttl_newest": t.newest });
+        }
+        Ok(snapshot)
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        if let Some(t) = self.ttl.as_mut() {
+            let field = |k: &str| snapshot.meta.get(k).and_then(|v| v.as_i64());
+            t.swept = field("ttl_swept").unwrap_or(MIN_TIME);
+            t.newest = field("ttl_newest").unwrap_or(MIN_TIME);
+        }
         for (entry, batch) in snapshot.batches {
             match entry {
+                // Written whole (no store, or a checkpoint of format 1).
                 StateEntry::Groups => self.state.restore(&batch)?,
                 StateEntry::Pending {
                     tick, partition, ..
@@ -121,11 +251,21 @@ impl Operator for ContinuousOperator {
                 other => return Err(other.unexpected("continuous")),
             }
         }
-        Ok(())
+        self.state.store_restored()?;
+        match self.ttl {
+            Some(t) if t.swept != MIN_TIME => {
+                self.state.expire_stored(t.swept.saturating_sub(t.ttl))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn state_size(&self) -> usize {
         self.state.size() + self.pending.size()
+    }
+
+    fn spill(&mut self, target: usize) -> Result<Evicted> {
+        self.state.evict(target.saturating_sub(self.pending.size()))
     }
 
     fn state_keys(&self) -> usize {

@@ -197,11 +197,21 @@ pub trait Operator: Send {
     /// The global watermark advanced to `watermark`: emit what it closes, in order.
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
     /// The operator's state for a checkpoint (taken between batches).
+    /// State with a durable store behind it is written there (what
+    /// changed since the last checkpoint) and not returned.
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot>;
-    /// Restores a fresh operator from [`Self::handle_checkpoint`]'s output.
+    /// Restores a fresh operator from [`Self::handle_checkpoint`]'s output,
+    /// after the query's store was restored to the same checkpoint.
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()>;
-    /// Approximate bytes of state held.
+    /// Approximate bytes of state held in memory.
     fn state_size(&self) -> usize;
+    /// Moves cold state to the query's store until about `target` bytes
+    /// are held in memory. Called only between batches, after the
+    /// watermark was handled. Operators whose state has no store behind it
+    /// move nothing.
+    fn spill(&mut self, _target: usize) -> Result<crate::state::keyed::Evicted> {
+        Ok(Default::default())
+    }
     /// Number of keyed states (groups) held.
     fn state_keys(&self) -> usize;
 }

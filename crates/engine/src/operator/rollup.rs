@@ -32,6 +32,7 @@ pub fn roll_up(
         options,
         emitter,
         Arc::clone(&rollup.input_schema),
+        None,
     )?;
     let mut out = Output::default();
     for c in closed {

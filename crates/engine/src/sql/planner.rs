@@ -42,8 +42,37 @@ pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result
     lowering.versioned = versioned;
     let mut plan = lowering.lower(&logical)?;
     check_join_retention(&plan)?;
+    check_state_ttl(&plan)?;
     super::reads::mark_reads(&logical, &mut plan);
     Ok(plan)
+}
+
+/// Refuses a state TTL where it does not apply: it bounds the state of a
+/// continuous GROUP BY over event time; windows drop their state after
+/// `retention` already.
+fn check_state_ttl(plan: &QueryPlan) -> Result<()> {
+    if plan.options.state_ttl_us <= 0 {
+        return Ok(());
+    }
+    let continuous = matches!(
+        &plan.kind,
+        QueryKind::Aggregate(a) if a.window.is_none() && plan.join.is_none()
+    );
+    if !continuous {
+        return Err(EngineError::unsupported(
+            "state_ttl applies to a continuous GROUP BY (without windows or joins)",
+            "a windowed query drops each window's state once retention has passed its end; remove state_ttl",
+        ));
+    }
+    if let QueryKind::Aggregate(a) = &plan.kind
+        && matches!(a.event_time, EventTime::Ordinal)
+    {
+        return Err(EngineError::unsupported(
+            "state_ttl needs an event time: a group expires by how far its newest event time is behind the watermark",
+            "name the event-time column with --event-time",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a join retention where late joined rows could not be taken in:
@@ -819,8 +848,16 @@ impl Lowering {
                 .iter()
                 .map(|e| e.data_type(scan_schema.as_arrow()))
                 .collect::<datafusion_common::Result<Vec<_>>>()?;
+            let all = lowered.aggregate.all_expressions();
+            let input_types = all
+                .args
+                .iter()
+                .chain(&all.order_by_exprs)
+                .map(|e| e.data_type(scan_schema.as_arrow()))
+                .collect::<datafusion_common::Result<Vec<_>>>()?;
             aggregates.push(AggregateSpec {
                 arg_types,
+                input_types,
                 function: lowered.aggregate,
                 filter: lowered.filter,
                 field: Arc::clone(field),

@@ -1,6 +1,21 @@
 //! [`KeyedState`]: one accumulator state per group key, the unit every
 //! aggregating operator is built from (one per window, one per continuous
 //! query, one per session slot table).
+//!
+//! A keyed state may have a table of the query's state store behind it
+//! ([`KeyedState::with_store`]). Then groups live in memory while they are
+//! used, in the same layout as without a store (dense group indices,
+//! vectorised accumulators: the hot path pays no serialisation), and:
+//! - [`KeyedState::evict`] moves the least recently used groups out of
+//!   memory (writing those changed since they were last written), and a
+//!   key not in memory is looked up in the store when a batch brings it
+//!   back, before its rows are folded in;
+//! - [`KeyedState::persist`] writes the groups changed since the last
+//!   checkpoint: a checkpoint's cost follows what changed, not the state.
+//!
+//! Loading a group merges its exported state into an empty one, which
+//! gives back the same state exactly, so results do not depend on what was
+//! in memory when.
 
 use std::sync::Arc;
 
@@ -10,8 +25,11 @@ use arrow::array::{
 };
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use ubik_state::TableId;
 
 use super::interner::Interner;
+use super::store::SharedStore;
 use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
 use crate::error::{EngineError, Result};
 use crate::plan::AggregateSpec;
@@ -51,11 +69,84 @@ impl AggInputs {
     }
 }
 
-/// Groups whose value changed since they were last emitted.
+/// A set of groups (changed since they were last emitted, or written).
 #[derive(Default)]
 struct Dirty {
     flag: Vec<bool>,
     list: Vec<usize>,
+}
+
+impl Dirty {
+    fn mark(&mut self, groups: &[usize]) {
+        for &g in groups {
+            if !self.flag[g] {
+                self.flag[g] = true;
+                self.list.push(g);
+            }
+        }
+    }
+
+    /// The groups in the set, and clears it.
+    fn take(&mut self) -> Vec<usize> {
+        for &g in &self.list {
+            self.flag[g] = false;
+        }
+        std::mem::take(&mut self.list)
+    }
+}
+
+/// The store table behind a keyed state, and what it needs per group.
+struct Backing {
+    store: SharedStore,
+    name: String,
+    /// Registered on first use (a temporary store is made on first use).
+    table: Option<TableId>,
+    /// [`KeyedState::snapshot_schema`]: the table's rows.
+    schema: SchemaRef,
+    /// Group keys to the store's keys (byte-comparable rows).
+    converter: RowConverter,
+    /// The store may hold groups that are not in memory (some were
+    /// evicted, or the state was restored from the store).
+    cold: bool,
+    /// Groups changed since they were last written to the store.
+    changed: Dirty,
+    /// Per group, the update it was last folded into (eviction order).
+    last_used: Vec<u32>,
+    clock: u32,
+}
+
+impl Backing {
+    /// The store's keys of `n` groups with key columns `keys`: their
+    /// byte-comparable rows (an empty key for a global aggregate's group).
+    fn store_keys(&self, keys: &[ArrayRef], n: usize) -> Result<arrow::array::BinaryArray> {
+        if keys.is_empty() {
+            return Ok(arrow::array::BinaryArray::from_iter_values(
+                std::iter::repeat_n(b"", n),
+            ));
+        }
+        Ok(self.converter.convert_columns(keys)?.try_into_binary()?)
+    }
+
+    fn table(&mut self) -> Result<TableId> {
+        if let Some(t) = self.table {
+            return Ok(t);
+        }
+        let (name, schema) = (&self.name, &self.schema);
+        let t = self
+            .store
+            .with(|s| Ok(s.table(name, Arc::clone(schema))?))?;
+        self.table = Some(t);
+        Ok(t)
+    }
+}
+
+/// What an eviction did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Evicted {
+    pub groups: usize,
+    /// Of those, the groups written (changed since last written).
+    pub written: usize,
+    pub bytes_written: u64,
 }
 
 pub struct KeyedState {
@@ -69,6 +160,7 @@ pub struct KeyedState {
     /// continuous queries); only kept when asked for.
     max_time: Option<Vec<i64>>,
     dirty: Option<Dirty>,
+    backing: Option<Backing>,
     scratch: Vec<usize>,
 }
 
@@ -89,8 +181,46 @@ impl KeyedState {
             visible: Vec::new(),
             max_time: track_time.then(Vec::new),
             dirty: track_dirty.then(Dirty::default),
+            backing: None,
             scratch: Vec::new(),
         })
+    }
+
+    /// Puts table `table` of `store` behind this (empty) state.
+    pub fn with_store(mut self, store: SharedStore, table: &str) -> Result<Self> {
+        let converter = RowConverter::new(
+            self.interner
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        self.backing = Some(Backing {
+            store,
+            name: table.to_string(),
+            table: None,
+            schema: Self::snapshot_schema(self.interner.fields(), &self.specs)?,
+            converter,
+            cold: false,
+            changed: Dirty::default(),
+            last_used: Vec::new(),
+            clock: 0,
+        });
+        // A durable store is restored before any use: its tables must be known.
+        if let Some(b) = self.backing.as_mut().filter(|b| b.store.is_durable()) {
+            b.table()?;
+        }
+        Ok(self)
+    }
+
+    /// Whether a store is behind this state.
+    pub fn has_store(&self) -> bool {
+        self.backing.is_some()
+    }
+
+    /// Whether the store may hold groups that are not in memory.
+    pub fn is_cold(&self) -> bool {
+        self.backing.as_ref().is_some_and(|b| b.cold)
     }
 
     pub fn len(&self) -> usize {
@@ -113,12 +243,12 @@ impl KeyedState {
             return Ok(());
         }
         let mut groups = std::mem::take(&mut self.scratch);
-        self.interner.intern(keys, rows, &mut groups)?;
+        self.intern(keys, rows, &mut groups)?;
         let total = self.interner.len();
         for (j, acc) in self.accs.iter_mut().enumerate() {
             acc.update(&inputs.args[j], &groups, inputs.filters[j].as_ref(), total)?;
         }
-        self.touch(&groups, times, total);
+        self.touch(&groups, times);
         self.scratch = groups;
         Ok(())
     }
@@ -135,32 +265,95 @@ impl KeyedState {
         if rows == 0 {
             return Ok(groups);
         }
-        self.interner.intern(keys, rows, &mut groups)?;
+        self.intern(keys, rows, &mut groups)?;
         let total = self.interner.len();
         for (j, acc) in self.accs.iter_mut().enumerate() {
             acc.retract(&inputs.args[j], &groups, inputs.filters[j].as_ref(), total)?;
         }
-        self.touch(&groups, None, total);
+        self.touch(&groups, None);
         Ok(groups)
     }
 
     /// The group of each row of `keys` (interning new keys).
     pub fn groups_of(&mut self, keys: &[ArrayRef], rows: usize) -> Result<Vec<usize>> {
         let mut groups = Vec::new();
-        self.interner.intern(keys, rows, &mut groups)?;
+        self.intern(keys, rows, &mut groups)?;
         Ok(groups)
     }
 
-    /// Bookkeeping after `groups` were folded into: grow the per-group
-    /// vectors to `total`, raise max times, mark the groups dirty.
-    fn touch(&mut self, groups: &[usize], times: Option<&[i64]>, total: usize) {
-        if self.visible.len() < total {
-            self.visible.resize(total, false);
-        }
-        if let (Some(max_time), Some(times)) = (self.max_time.as_mut(), times) {
-            if max_time.len() < total {
-                max_time.resize(total, MIN_TIME);
+    /// The group of each row of `keys`: new keys get new groups, which are
+    /// loaded from the store when it may hold them.
+    fn intern(&mut self, keys: &[ArrayRef], rows: usize, groups: &mut Vec<usize>) -> Result<()> {
+        let before = self.interner.len();
+        self.interner.intern(keys, rows, groups)?;
+        let total = self.interner.len();
+        if total > before {
+            self.grow(total);
+            if self.backing.as_ref().is_some_and(|b| b.cold) {
+                self.load((before..total).collect())?;
             }
+        }
+        Ok(())
+    }
+
+    /// Sizes the per-group vectors for `total` groups.
+    fn grow(&mut self, total: usize) {
+        self.visible.resize(total, false);
+        if let Some(t) = self.max_time.as_mut() {
+            t.resize(total, MIN_TIME);
+        }
+        if let Some(d) = self.dirty.as_mut() {
+            d.flag.resize(total, false);
+        }
+        if let Some(b) = self.backing.as_mut() {
+            b.changed.flag.resize(total, false);
+            b.last_used.resize(total, 0);
+        }
+    }
+
+    /// Loads the stored state of `groups` (new, empty groups) where the store has one.
+    fn load(&mut self, groups: Vec<usize>) -> Result<()> {
+        let keys = self.interner.keys(&groups)?;
+        let b = self.backing.as_mut().expect("loading needs a store");
+        let table = b.table()?;
+        let probes = b.store_keys(&keys, groups.len())?;
+        let probes: Vec<&[u8]> = probes.iter().map(|k| k.unwrap_or_default()).collect();
+        let found = b.store.with(|s| Ok(s.get(table, &probes)?))?;
+        if found.found.is_empty() {
+            return Ok(());
+        }
+        let loaded: Vec<usize> = found.found.iter().map(|&i| groups[i]).collect();
+        self.merge_rows(&found.values, &loaded)
+    }
+
+    /// Merges rows of [`Self::snapshot_schema`] into `groups` (row `i`
+    /// into `groups[i]`, which exist): accumulator states, visibility and
+    /// max time.
+    fn merge_rows(&mut self, batch: &RecordBatch, groups: &[usize]) -> Result<()> {
+        let total = self.interner.len();
+        let mut col = self.interner.fields().len();
+        for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
+            let width = state_fields(spec)?.len();
+            acc.merge(&batch.columns()[col..col + width], groups, total)?;
+            col += width;
+        }
+        let visible = batch.column(col).as_boolean();
+        for (i, &g) in groups.iter().enumerate() {
+            self.visible[g] = visible.is_valid(i) && visible.value(i);
+        }
+        if let Some(t) = self.max_time.as_mut() {
+            let times = batch.column(col + 1).as_primitive::<Int64Type>();
+            for (i, &g) in groups.iter().enumerate() {
+                t[g] = times.value(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bookkeeping after `groups` were folded into: raise max times, mark
+    /// the groups dirty (and changed, and used now, with a store).
+    fn touch(&mut self, groups: &[usize], times: Option<&[i64]>) {
+        if let (Some(max_time), Some(times)) = (self.max_time.as_mut(), times) {
             for (&g, &t) in groups.iter().zip(times) {
                 if t > max_time[g] {
                     max_time[g] = t;
@@ -168,14 +361,13 @@ impl KeyedState {
             }
         }
         if let Some(dirty) = self.dirty.as_mut() {
-            if dirty.flag.len() < total {
-                dirty.flag.resize(total, false);
-            }
+            dirty.mark(groups);
+        }
+        if let Some(b) = self.backing.as_mut() {
+            b.changed.mark(groups);
+            b.clock = b.clock.wrapping_add(1).max(1);
             for &g in groups {
-                if !dirty.flag[g] {
-                    dirty.flag[g] = true;
-                    dirty.list.push(g);
-                }
+                b.last_used[g] = b.clock;
             }
         }
     }
@@ -190,13 +382,13 @@ impl KeyedState {
         let all: Vec<usize> = (0..n).collect();
         let keys = other.interner.all_keys()?;
         let mut groups = Vec::with_capacity(n);
-        self.interner.intern(&keys, n, &mut groups)?;
+        self.intern(&keys, n, &mut groups)?;
         let total = self.interner.len();
         for (acc, theirs) in self.accs.iter_mut().zip(other.accs.iter_mut()) {
             acc.merge(&theirs.state(&all)?, &groups, total)?;
         }
         let times = other.max_time.take();
-        self.touch(&groups, times.as_deref(), total);
+        self.touch(&groups, times.as_deref());
         Ok(())
     }
 
@@ -216,15 +408,7 @@ impl KeyedState {
 
     /// The groups changed since the last call, and clears the set.
     pub fn take_dirty(&mut self) -> Vec<usize> {
-        match self.dirty.as_mut() {
-            Some(d) => {
-                for &g in &d.list {
-                    d.flag[g] = false;
-                }
-                std::mem::take(&mut d.list)
-            }
-            None => Vec::new(),
-        }
+        self.dirty.as_mut().map_or_else(Vec::new, Dirty::take)
     }
 
     pub fn keys(&mut self, groups: &[usize]) -> Result<Vec<ArrayRef>> {
@@ -272,6 +456,15 @@ impl KeyedState {
             + self.accs.iter().map(|a| a.size()).sum::<usize>()
             + self.visible.capacity()
             + self.max_time.as_ref().map_or(0, |t| t.capacity() * 8)
+            + self
+                .dirty
+                .as_ref()
+                .map_or(0, |d| d.flag.capacity() + d.list.capacity() * 8)
+            + self.backing.as_ref().map_or(0, |b| {
+                b.changed.flag.capacity()
+                    + b.changed.list.capacity() * 8
+                    + b.last_used.capacity() * 4
+            })
     }
 
     /// The schema of [`Self::snapshot`]: keys, accumulator states, bookkeeping.
@@ -297,15 +490,51 @@ impl KeyedState {
 
     /// Every group's key and state as one batch (group `i` at row `i`).
     pub fn snapshot(&mut self) -> Result<RecordBatch> {
-        let n = self.len();
-        let all: Vec<usize> = (0..n).collect();
-        let schema = Self::snapshot_schema(self.interner.fields(), &self.specs)?;
-        let mut columns = self.interner.all_keys()?;
-        for acc in self.accs.iter_mut() {
-            columns.extend(acc.state(&all)?);
+        let all: Vec<usize> = (0..self.len()).collect();
+        let keys = self.interner.all_keys()?;
+        self.rows_of(keys, &all)
+    }
+
+    /// Every group, also those spilled to the store, as one batch: the
+    /// whole-state snapshot of a checkpoint that cannot refer to the
+    /// store's files (a consumer group's task replicates whole snapshots).
+    pub fn snapshot_all(&mut self) -> Result<RecordBatch> {
+        if !self.is_cold() {
+            return self.snapshot();
         }
-        columns.push(Arc::new(BooleanArray::from(self.visible[..n].to_vec())));
-        columns.push(Arc::new(Int64Array::from(self.max_time(&all))));
+        // Every group is then in the store: those in memory unchanged since
+        // they were written, and the changed ones written now.
+        self.persist()?;
+        let b = self.backing.as_mut().expect("cold state has a store");
+        let table = b.table()?;
+        let schema = Arc::clone(&b.schema);
+        let mut parts = Vec::new();
+        b.store.with(|s| {
+            let mut scan = s.scan(table)?;
+            while let Some((_, rows)) = scan.next_batch()? {
+                parts.push(rows);
+            }
+            Ok(())
+        })?;
+        Ok(arrow::compute::concat_batches(&schema, &parts)?)
+    }
+
+    /// The keys and states of `groups`, a row each, in [`Self::snapshot_schema`].
+    fn snapshot_of(&mut self, groups: &[usize]) -> Result<RecordBatch> {
+        let keys = self.interner.keys(groups)?;
+        self.rows_of(keys, groups)
+    }
+
+    fn rows_of(&mut self, mut columns: Vec<ArrayRef>, groups: &[usize]) -> Result<RecordBatch> {
+        let n = groups.len();
+        let schema = Self::snapshot_schema(self.interner.fields(), &self.specs)?;
+        for acc in self.accs.iter_mut() {
+            columns.extend(acc.state(groups)?);
+        }
+        columns.push(Arc::new(BooleanArray::from_iter(
+            groups.iter().map(|&g| Some(self.visible[g])),
+        )));
+        columns.push(Arc::new(Int64Array::from(self.max_time(groups))));
         // Arrow would compare field names/nullability of nested state types
         // too strictly; cast each column to the declared type.
         let columns = columns
@@ -327,6 +556,8 @@ impl KeyedState {
     }
 
     /// Rebuilds the state of a [`Self::snapshot`] into this empty state.
+    /// With a store behind it, every group restored counts as changed (the
+    /// next checkpoint writes it to the store).
     pub fn restore(&mut self, batch: &RecordBatch) -> Result<()> {
         if !self.is_empty() {
             return Err(EngineError::internal("restore into a non-empty state"));
@@ -346,28 +577,197 @@ impl KeyedState {
                 "checkpointed keys are not distinct; the checkpoint is corrupt".into(),
             ));
         }
-        let mut col = k;
-        for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
-            let width = state_fields(spec)?.len();
-            acc.merge(&batch.columns()[col..col + width], &groups, n)?;
-            col += width;
+        self.grow(n);
+        self.merge_rows(batch, &groups)?;
+        if let Some(b) = self.backing.as_mut() {
+            b.changed.mark(&groups);
         }
-        self.visible = batch
-            .column(col)
-            .as_boolean()
+        Ok(())
+    }
+
+    /// The store behind this state was restored: groups not in memory may
+    /// be in it.
+    pub fn store_restored(&mut self) -> Result<()> {
+        if let Some(b) = self.backing.as_mut() {
+            let table = b.table()?;
+            b.cold = b.store.with(|s| Ok(s.has_rows(table)))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the groups changed since they were last written to the store
+    /// (a checkpoint's part of this state); returns the bytes written.
+    pub fn persist(&mut self) -> Result<u64> {
+        let Some(b) = self.backing.as_mut() else {
+            return Ok(0);
+        };
+        let mut groups = b.changed.take();
+        groups.sort_unstable();
+        self.write_groups(&groups)
+    }
+
+    fn write_groups(&mut self, groups: &[usize]) -> Result<u64> {
+        if groups.is_empty() {
+            return Ok(0);
+        }
+        let rows = self.snapshot_of(groups)?;
+        let k = self.interner.fields().len();
+        let b = self.backing.as_mut().expect("writing needs a store");
+        let table = b.table()?;
+        let keys = b.store_keys(&rows.columns()[..k], rows.num_rows())?;
+        b.store.with(|s| Ok(s.write(table, &keys, &rows, None)?))
+    }
+
+    /// Moves the least recently used groups to the store until about
+    /// `target` bytes are held, writing those changed since they were last
+    /// written. Only between emissions: no group may be waiting to be emitted.
+    pub fn evict(&mut self, target: usize) -> Result<Evicted> {
+        let n = self.len();
+        let size = self.size();
+        if self.backing.is_none() || n == 0 || size <= target || self.interner.fields().is_empty() {
+            return Ok(Evicted::default());
+        }
+        if self.dirty.as_ref().is_some_and(|d| !d.list.is_empty()) {
+            return Err(EngineError::internal(
+                "eviction while groups wait to be emitted",
+            ));
+        }
+        let keep = ((n as f64) * (target as f64 / size as f64)) as usize;
+        let b = self.backing.as_mut().expect("checked");
+        // Groups used after the (n - keep)-th least recent use stay.
+        let mut uses = b.last_used.clone();
+        let cut = n - keep.min(n - 1) - 1;
+        let threshold = *uses.select_nth_unstable(cut).1;
+        let (mut survivors, mut victims) = (Vec::with_capacity(keep), Vec::new());
+        for (g, &used) in b.last_used.iter().enumerate() {
+            if used > threshold {
+                survivors.push(g);
+            } else {
+                victims.push(g);
+            }
+        }
+        let written: Vec<usize> = victims
             .iter()
-            .map(|v| v.unwrap_or(false))
+            .copied()
+            .filter(|&g| b.changed.flag[g])
             .collect();
+        let bytes_written = self.write_groups(&written)?;
+        self.rebuild(&survivors)?;
+        Ok(Evicted {
+            groups: victims.len(),
+            written: written.len(),
+            bytes_written,
+        })
+    }
+
+    /// The groups (in memory) whose newest event time is at most `cutoff`.
+    pub fn expired(&self, cutoff: i64) -> Vec<usize> {
+        match &self.max_time {
+            Some(t) => (0..self.len()).filter(|&g| t[g] <= cutoff).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Removes `groups` (ascending) from memory; the others are renumbered
+    /// from 0 in their order. Their stored copies are not touched: callers
+    /// drop those with [`Self::expire_stored`].
+    pub fn drop_groups(&mut self, groups: &[usize]) -> Result<()> {
+        let mut gone = vec![false; self.len()];
+        for &g in groups {
+            gone[g] = true;
+        }
+        let survivors: Vec<usize> = (0..self.len()).filter(|&g| !gone[g]).collect();
+        let cold = self.is_cold();
+        self.rebuild(&survivors)?;
+        if let Some(b) = self.backing.as_mut() {
+            b.cold = cold;
+        }
+        Ok(())
+    }
+
+    /// Stored groups whose newest event time is at most `cutoff` count as
+    /// gone (lookups miss them, compaction drops them).
+    pub fn expire_stored(&mut self, cutoff: i64) -> Result<()> {
+        let Some(b) = self.backing.as_mut() else {
+            return Ok(());
+        };
+        if !b.cold && !b.store.is_durable() {
+            return Ok(());
+        }
+        let table = b.table()?;
+        let column = b.schema.fields().len() - 1;
+        b.store.with(|s| Ok(s.set_expiry(table, column, cutoff)?))
+    }
+
+    /// Brings the stored groups whose newest event time is at most `cutoff`
+    /// (and that have not expired before) into memory, so that they can be
+    /// retracted: reads every stored group.
+    pub fn load_expired(&mut self, cutoff: i64) -> Result<()> {
+        let Some(b) = self.backing.as_mut().filter(|b| b.cold) else {
+            return Ok(());
+        };
+        let table = b.table()?;
+        let k = self.interner.fields().len();
+        let time_col = b.schema.fields().len() - 1;
+        let mut expired: Vec<RecordBatch> = Vec::new();
+        b.store.with(|s| {
+            let mut scan = s.scan(table)?;
+            while let Some((_, rows)) = scan.next_batch()? {
+                let times = rows.column(time_col).as_primitive::<Int64Type>();
+                let keep = BooleanArray::from_iter(
+                    times.iter().map(|t| Some(t.is_some_and(|t| t <= cutoff))),
+                );
+                if keep.true_count() > 0 {
+                    expired.push(arrow::compute::filter_record_batch(&rows, &keep)?);
+                }
+            }
+            Ok(())
+        })?;
+        for rows in expired {
+            // Interning loads each group's stored state (a group in memory
+            // keeps its newer state).
+            self.groups_of(&rows.columns()[..k], rows.num_rows())?;
+        }
+        Ok(())
+    }
+
+    /// Keeps only `survivors` (ascending), renumbered from 0 in that order.
+    fn rebuild(&mut self, survivors: &[usize]) -> Result<()> {
+        let keys = self.interner.keys(survivors)?;
+        let states = self
+            .accs
+            .iter_mut()
+            .map(|a| a.state(survivors))
+            .collect::<Result<Vec<_>>>()?;
+        let mut interner = Interner::new(self.interner.fields())?;
+        let mut groups = Vec::with_capacity(survivors.len());
+        interner.intern(&keys, survivors.len(), &mut groups)?;
+        let mut accs = self
+            .specs
+            .iter()
+            .map(create_accumulator)
+            .collect::<Result<Vec<_>>>()?;
+        for (acc, state) in accs.iter_mut().zip(&states) {
+            acc.merge(state, &groups, survivors.len())?;
+        }
+        self.interner = interner;
+        self.accs = accs;
+        let pick = |v: &[bool]| survivors.iter().map(|&g| v[g]).collect::<Vec<_>>();
+        self.visible = pick(&self.visible);
         if let Some(t) = self.max_time.as_mut() {
-            *t = batch
-                .column(col + 1)
-                .as_primitive::<Int64Type>()
-                .values()
-                .to_vec();
+            *t = survivors.iter().map(|&g| t[g]).collect();
         }
         if let Some(d) = self.dirty.as_mut() {
-            d.flag = vec![false; n];
-            d.list.clear();
+            let dirty = pick(&d.flag);
+            d.list = (0..survivors.len()).filter(|&i| dirty[i]).collect();
+            d.flag = dirty;
+        }
+        if let Some(b) = self.backing.as_mut() {
+            let changed = pick(&b.changed.flag);
+            b.changed.list = (0..survivors.len()).filter(|&i| changed[i]).collect();
+            b.changed.flag = changed;
+            b.last_used = survivors.iter().map(|&g| b.last_used[g]).collect();
+            b.cold = true;
         }
         Ok(())
     }

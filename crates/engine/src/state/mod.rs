@@ -1,14 +1,17 @@
 //! Operator state, declared in one typed layer: group interning and
 //! per-group accumulators ([`KeyedState`]), rows held for the watermark
-//! ([`PendingRows`]), and the typed names of state in a checkpoint
-//! ([`StateEntry`]).
+//! ([`PendingRows`]), the typed names of state in a checkpoint
+//! ([`StateEntry`]), and the store that cold state and checkpoints'
+//! changes go to ([`SharedStore`]).
 
 pub mod entry;
 pub mod interner;
 pub mod keyed;
 pub mod pending;
+pub mod store;
 
 pub use entry::StateEntry;
 pub use interner::Interner;
 pub use keyed::{AggInputs, KeyedState};
 pub use pending::{PendingPart, PendingRows};
+pub use store::SharedStore;

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# State beyond memory, side by side with an earlier build (BEFORE: its `ubik` binary, e.g. built
+# from a worktree of the commit before the state store; without it only this build runs).
+# The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
+#
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew"]
+#
+# oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
+#             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
+# checkpoint  bytes written and milliseconds per checkpoint when 1% of the keys changed since the
+#             previous one, for CKPT_KEYS (default "1000000 5000000"): load 3 events per key,
+#             checkpoint, then resume and checkpoint every keys/100 events, 5 times
+# tick        one emit tick per 100 events (rate=100) against one per 100 000, TICK_KEYS
+#             (default 5 M) keys, TICK_EVENTS (default 10 M)
+# budget      BUDGET_EVENTS (default 60 M) events over BUDGET_KEYS (default 30 M) keys with
+#             --state-memory BUDGET (default 1GiB): wall time and peak RSS, against the build
+#             before (which holds everything in memory) and this build without a budget
+# skew        10x more state than the budget (SKEW_KEYS, default 10 M keys, --state-memory
+#             SKEW_BUDGET, default 256MiB): uniform keys against skew=0.9 (1% of the keys get
+#             63% of the events), against the same without a budget
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SECTIONS=${1:-"oracle checkpoint tick budget skew"}
+source bench/common.sh
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+Q="SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant"
+# No disorder or late rows: every event counts, so totals can be checked.
+demo() { echo "demo://orders?count=$1&keys=$2&rate=${3:-100000}&disorder=0&late=0${4:+&$4}"; }
+
+# run BIN OUT ARGS...: runs `BIN run Q ARGS...` with stdout to OUT; prints "seconds peak_rss_mb".
+run() {
+  local bin=$1 out=$2
+  shift 2
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" run "$Q" -q "$@" > "$out"
+  awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time"
+}
+builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
+bin_of() { if [[ $1 == before ]]; then echo "$BEFORE"; else echo "$UBIK"; fi; }
+
+for section in $SECTIONS; do
+  case $section in
+  oracle)
+    N=${ORACLE_EVENTS:-2000000}
+    K=$((N / 2))
+    echo "== oracle: $N events, $K keys; spilled (16MiB) vs in memory vs DuckDB"
+    run "$UBIK" "$WORK/mem.jsonl" --from "$(demo "$N" "$K")" > /dev/null
+    read -r s rss < <(run "$UBIK" "$WORK/spill.jsonl" --from "$(demo "$N" "$K")" --state-memory 16MiB)
+    cmp "$WORK/mem.jsonl" "$WORK/spill.jsonl"
+    echo "spilling run: ${s}s, peak ${rss} MB; its changelog equals the in-memory run's, byte for byte"
+    "$UBIK" run "SELECT merchant, ts, amount FROM orders" -q --from "$(demo "$N" "$K")" > "$WORK/events.jsonl"
+    "$PY" - "$WORK/spill.jsonl" "$WORK/events.jsonl" <<'PY'
+import json, sys, duckdb
+latest = {}
+for line in open(sys.argv[1]):
+    row = json.loads(line)
+    latest[row["merchant"]] = (row["n"], row["total"], row["mx"])
+db = duckdb.sql(f"""SELECT merchant, count(*), sum(amount), max(amount)
+    FROM read_json('{sys.argv[2]}', columns={{merchant: 'VARCHAR', ts: 'VARCHAR', amount: 'DOUBLE'}})
+    GROUP BY merchant""").fetchall()
+assert len(db) == len(latest), (len(db), len(latest))
+for m, n, total, mx in db:
+    got = latest[m]
+    assert got[0] == n and got[2] == mx and abs(got[1] - total) <= 1e-9 * max(1.0, abs(total)), (m, got, n, total, mx)
+print(f"DuckDB oracle: {len(db)} keys, latest row per key equal (count, max exact; sum within 1e-9)")
+PY
+    ;;
+  checkpoint)
+    echo "== checkpoint cost when 1% of the keys changed"
+    echo "| keys | build | state on disk | written per checkpoint (median of 5) | ms per checkpoint |"
+    echo "|---|---|---|---|---|"
+    for K in ${CKPT_KEYS:-1000000 5000000}; do
+      for build in $(builds); do
+        bin=$(bin_of "$build")
+        rm -rf "$WORK/ck"
+        LOAD=$((3 * K))
+        STEP=$((K / 100))
+        run "$bin" /dev/null --from "$(demo "$LOAD" "$K")" --checkpoint "$WORK/ck" > /dev/null
+        UBIK_LOG=ubik_runtime::pipeline=debug "$bin" run "$Q" -q --from "$(demo $((LOAD + 5 * STEP)) "$K")" \
+          --checkpoint "$WORK/ck" --checkpoint-every "$STEP" --checkpoint-interval 1h \
+          2> "$WORK/ck.log" > /dev/null
+        "$PY" - "$WORK/ck.log" "$K" "$build" "$(du -sb "$WORK/ck" | cut -f1)" <<'PY'
+import re, statistics, sys
+rows = []
+for line in open(sys.argv[1]):
+    if "checkpoint written" not in line:
+        continue
+    f = dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", line)))
+    rows.append((int(f.get("written", f["bytes"])), float(f["ms"])))
+rows = rows[:5]  # the checkpoint at the end of input changed nothing more
+w = statistics.median(r[0] for r in rows)
+ms = statistics.median(r[1] for r in rows)
+print(f"| {int(sys.argv[2]):,} | {sys.argv[3]} | {int(sys.argv[4]) / 1e6:.0f} MB | {w / 1e6:.1f} MB | {ms:.0f} |")
+PY
+      done
+    done
+    ;;
+  tick)
+    N=${TICK_EVENTS:-10000000}
+    K=${TICK_KEYS:-5000000}
+    echo "== emit ticks: $N events over $K keys, one tick per 100 events (rate=100) vs per 100 000"
+    echo "| build | rate=100000 | rate=100 | ratio |"
+    echo "|---|---|---|---|"
+    for build in $(builds); do
+      bin=$(bin_of "$build")
+      read -r fast _ < <(run "$bin" /dev/null --from "$(demo "$N" "$K")")
+      read -r slow _ < <(run "$bin" /dev/null --from "$(demo "$N" "$K" 100)")
+      echo "| $build | ${fast}s | ${slow}s | $(echo "$slow / $fast" | bc -l | cut -c1-4)x |"
+    done
+    ;;
+  budget)
+    N=${BUDGET_EVENTS:-60000000}
+    K=${BUDGET_KEYS:-30000000}
+    B=${BUDGET:-1GiB}
+    echo "== larger than the budget: $N events, $K keys, --state-memory $B"
+    echo "| run | wall | peak RSS |"
+    echo "|---|---|---|"
+    for build in $(builds); do
+      bin=$(bin_of "$build")
+      read -r s rss < <(run "$bin" /dev/null --from "$(demo "$N" "$K")")
+      echo "| $build, no budget | ${s}s | ${rss} MB |"
+    done
+    read -r s rss < <(run "$UBIK" /dev/null --from "$(demo "$N" "$K")" --state-memory "$B" --checkpoint "$WORK/big")
+    echo "| after, --state-memory $B, with checkpoints | ${s}s | ${rss} MB |"
+    ;;
+  skew)
+    K=${SKEW_KEYS:-10000000}
+    N=$((2 * K))
+    B=${SKEW_BUDGET:-256MiB}
+    echo "== skew: $N events over $K keys, budget $B (about a tenth of the state)"
+    echo "| keys | no budget | --state-memory $B | ratio | peak RSS with budget |"
+    echo "|---|---|---|---|---|"
+    for skew in 0 0.9; do
+      read -r free _ < <(run "$UBIK" /dev/null --from "$(demo "$N" "$K" 100000 "skew=$skew")")
+      read -r tight rss < <(run "$UBIK" /dev/null --from "$(demo "$N" "$K" 100000 "skew=$skew")" --state-memory "$B")
+      echo "| skew=$skew | ${free}s | ${tight}s | $(echo "$tight / $free" | bc -l | cut -c1-4)x | ${rss} MB |"
+    done
+    ;;
+  *) echo "unknown section $section" >&2; exit 2 ;;
+  esac
+done

@@ -1,0 +1,30 @@
+//! # ubik-state
+//!
+//! The state store under ubik's stateful operators. Hot state stays in the
+//! operators, in memory, in their own layouts; this crate keeps the rest
+//! on local disk as immutable sorted runs of keyed Arrow rows:
+//!
+//! - [`run`]: one run, an Arrow IPC file sorted by key plus an index (the
+//!   first key of every block and a bloom filter), read a block at a time;
+//! - [`store`]: named tables of runs, point lookups in batches, scans,
+//!   checkpoints as lists of runs ([`StoreManifest`]), and deletion of the
+//!   files no kept checkpoint names;
+//! - [`compact`]: size-tiered merging of runs on a background thread;
+//! - [`cache`] and [`bloom`]: the block cache and the filters.
+//!
+//! Why runs of our own rather than an embedded LSM: a checkpoint must be
+//! a set of immutable files that several kept checkpoints share and that a
+//! restore opens without reading them (an LSM without a checkpoint API
+//! cannot give that; fjall has none), the rows are already Arrow batches
+//! at both ends, and a file is readable by any Arrow tool.
+
+pub mod bloom;
+pub mod cache;
+pub mod compact;
+pub mod error;
+pub mod merge;
+pub mod run;
+pub mod store;
+
+pub use error::{Result, StateError};
+pub use store::{Lookup, StateStore, StoreManifest, StoreOptions, StoreStats, TableId};

@@ -1,0 +1,884 @@
+//! [`StateStore`]: named tables of keyed rows, each a stack of immutable
+//! runs on local disk (newest first), with a shared block cache.
+//!
+//! The store does not hold hot state: operators keep it in memory in their
+//! own layouts and hand the store what they evict and, at a checkpoint,
+//! what changed since the last one. Every [`StateStore::write`] is a new
+//! run; [`StateStore::checkpoint`] makes the runs written so far durable
+//! and names the current runs of every table in a [`StoreManifest`]. A
+//! checkpoint therefore writes what changed, and refers to the unchanged
+//! runs of earlier checkpoints. [`StateStore::retain`] deletes the files no
+//! kept checkpoint and no current table refers to.
+//!
+//! Crash safety: a run is only named in a manifest after its files and
+//! the directory are synced, and nothing is ever written into a file a
+//! manifest names; files written after the last checkpoint (a spill, a
+//! compaction) are unreferenced after a crash and deleted later.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::{interleave, take};
+use arrow::datatypes::{DataType, SchemaRef};
+use hashbrown::HashMap;
+use serde::{Deserialize, Serialize};
+use tracing::debug;
+
+use crate::bloom::hash;
+use crate::cache::BlockCache;
+use crate::compact::{self, Job};
+use crate::error::{Result, StateError};
+use crate::merge::{Expiry, Merge, Merged};
+use crate::run::{Block, Run, RunFile, RunWriter, file_names};
+
+/// The current runs of every table, newest first: what a checkpoint refers to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreManifest {
+    pub tables: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl StoreManifest {
+    /// Every run named.
+    pub fn runs(&self) -> impl Iterator<Item = &str> {
+        self.tables.values().flatten().map(String::as_str)
+    }
+
+    /// Every file name (both files of every run).
+    pub fn files(&self) -> Vec<String> {
+        self.runs().flat_map(file_names).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.values().all(Vec::is_empty)
+    }
+}
+
+/// A table of a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TableId(usize);
+
+/// Rows found by [`StateStore::get`].
+#[derive(Debug)]
+pub struct Lookup {
+    /// Indices of the probed keys that were found, ascending.
+    pub found: Vec<usize>,
+    /// Their values, row `i` for `found[i]`.
+    pub values: RecordBatch,
+}
+
+/// Counters of a store's work, cumulative.
+#[derive(Debug, Clone, Default)]
+pub struct StoreStats {
+    /// Runs written by writes (spills and checkpoints), and their bytes.
+    pub runs_written: u64,
+    pub bytes_written: u64,
+    /// Runs written by compaction, and their bytes.
+    pub compactions: u64,
+    pub compaction_bytes: u64,
+    /// Keys probed by `get`, and blocks read from disk for them.
+    pub keys_probed: u64,
+    pub blocks_read: u64,
+    pub files_deleted: u64,
+}
+
+struct Table {
+    name: String,
+    values: SchemaRef,
+    /// Newest first.
+    runs: Vec<Arc<Run>>,
+    expiry: Option<Expiry>,
+}
+
+pub struct StateStore {
+    dir: PathBuf,
+    /// Held for the store's life: one pipeline per directory.
+    _lock: File,
+    /// A store of spilled state only, deleted with the store.
+    _temporary: Option<tempfile::TempDir>,
+    tables: Vec<Table>,
+    by_name: HashMap<String, usize>,
+    cache: BlockCache,
+    next_run_id: u64,
+    /// Run names are this prefix, then a counter: unique per opening.
+    prefix: String,
+    next_seq: u64,
+    /// Runs written since the last checkpoint, not yet synced.
+    unsynced: Vec<RunFile>,
+    job: Option<Job>,
+    compaction: bool,
+    stats: StoreStats,
+}
+
+/// Options of a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Bytes of decoded blocks kept in memory.
+    pub cache_bytes: usize,
+    /// Merge runs in the background (off only in tests of the layout).
+    pub compaction: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            cache_bytes: 64 << 20,
+            compaction: true,
+        }
+    }
+}
+
+fn unique_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("r{:x}{:05x}", nanos, std::process::id() & 0xfffff)
+}
+
+impl StateStore {
+    /// Opens (creating) the store in `dir`, claiming it for this process.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(StateError::io("create", dir))?;
+        let lock_path = dir.join("LOCK");
+        let lock = File::create(&lock_path).map_err(StateError::io("create", &lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StateError::Locked(dir.to_path_buf()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(StateError::io("lock", &lock_path)(e));
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+            _temporary: None,
+            tables: Vec::new(),
+            by_name: HashMap::new(),
+            cache: BlockCache::new(options.cache_bytes),
+            next_run_id: 0,
+            prefix: unique_prefix(),
+            next_seq: 0,
+            unsynced: Vec::new(),
+            job: None,
+            compaction: options.compaction,
+            stats: StoreStats::default(),
+        })
+    }
+
+    /// A store for spilled state only, in a new directory under `parent`
+    /// (the system's temporary directory if `None`), deleted with the store.
+    pub fn temporary(parent: Option<&Path>, options: StoreOptions) -> Result<Self> {
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let temp = tempfile::Builder::new()
+            .prefix("ubik-state-")
+            .tempdir_in(&parent)
+            .map_err(StateError::io("create a directory in", &parent))?;
+        let mut store = Self::open(temp.path(), options)?;
+        store._temporary = Some(temp);
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The table `name` with value columns `values` (created empty if new).
+    pub fn table(&mut self, name: &str, values: SchemaRef) -> Result<TableId> {
+        if let Some(&i) = self.by_name.get(name) {
+            if self.tables[i].values.fields() != values.fields() {
+                return Err(StateError::Missing(format!(
+                    "table {name:?} is declared twice with different columns"
+                )));
+            }
+            return Ok(TableId(i));
+        }
+        if let Some(f) = values
+            .fields()
+            .iter()
+            .find(|f| has_dictionary(f.data_type()))
+        {
+            return Err(StateError::Missing(format!(
+                "table {name:?}: column {} is dictionary-encoded; state columns hold plain values",
+                f.name()
+            )));
+        }
+        self.tables.push(Table {
+            name: name.to_string(),
+            values,
+            runs: Vec::new(),
+            expiry: None,
+        });
+        self.by_name.insert(name.to_string(), self.tables.len() - 1);
+        Ok(TableId(self.tables.len() - 1))
+    }
+
+    /// Makes the runs `manifest` names the tables' contents (every table it
+    /// names must be declared). Tables it does not name become empty.
+    pub fn restore(&mut self, manifest: &StoreManifest) -> Result<()> {
+        self.job = None;
+        for t in &mut self.tables {
+            for r in t.runs.drain(..) {
+                self.cache.forget_run(r.id);
+            }
+        }
+        for (name, runs) in &manifest.tables {
+            let &i = self.by_name.get(name).ok_or_else(|| {
+                StateError::Missing(format!(
+                    "the checkpoint holds state table {name:?}, which this query does not have"
+                ))
+            })?;
+            let mut opened = Vec::with_capacity(runs.len());
+            for run in runs {
+                let id = self.next_run_id;
+                self.next_run_id += 1;
+                opened.push(Arc::new(Run::open(
+                    &self.dir,
+                    run,
+                    id,
+                    &self.tables[i].values,
+                )?));
+            }
+            self.tables[i].runs = opened;
+        }
+        Ok(())
+    }
+
+    /// Writes rows as a new run of `table`: `keys[i]` gets `values` row `i`,
+    /// or is deleted where `deleted[i]`. Keys may come in any order; where a
+    /// key repeats, its last row counts. Returns the bytes written.
+    pub fn write(
+        &mut self,
+        table: TableId,
+        keys: &BinaryArray,
+        values: &RecordBatch,
+        deleted: Option<&[bool]>,
+    ) -> Result<u64> {
+        let n = keys.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_unstable_by(|&a, &b| {
+            keys.value(a as usize)
+                .cmp(keys.value(b as usize))
+                .then(a.cmp(&b))
+        });
+        // The last row of each key.
+        let mut kept: Vec<u32> = Vec::with_capacity(n);
+        for (i, &row) in order.iter().enumerate() {
+            let last = order
+                .get(i + 1)
+                .is_none_or(|&next| keys.value(next as usize) != keys.value(row as usize));
+            if last {
+                kept.push(row);
+            }
+        }
+        let idx = arrow::array::UInt32Array::from(kept);
+        let sorted_keys = take(keys, &idx, None)?;
+        let sorted_keys = sorted_keys
+            .as_any()
+            .downcast_ref::<BinaryArray>()
+            .expect("binary");
+        let columns = values
+            .columns()
+            .iter()
+            .map(|c| take(c.as_ref(), &idx, None))
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        let sorted_values = RecordBatch::try_new_with_options(
+            Arc::clone(&self.tables[table.0].values),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(idx.len())),
+        )?;
+        let tombstones = BooleanArray::from_iter(
+            idx.values()
+                .iter()
+                .map(|&r| Some(deleted.is_some_and(|d| d[r as usize]))),
+        );
+        let name = self.next_name();
+        let mut writer =
+            RunWriter::create(&self.dir, &name, &self.tables[table.0].values, idx.len())?;
+        writer.push(sorted_keys, &tombstones, &sorted_values)?;
+        let Some(file) = writer.finish()? else {
+            return Ok(0);
+        };
+        let bytes = file.bytes;
+        self.stats.runs_written += 1;
+        self.stats.bytes_written += bytes;
+        let id = self.next_run_id;
+        self.next_run_id += 1;
+        let run = Run::open(&self.dir, &file.name, id, &self.tables[table.0].values)?;
+        self.unsynced.push(file);
+        self.tables[table.0].runs.insert(0, Arc::new(run));
+        debug!(table = %self.tables[table.0].name, rows = idx.len(), bytes, "state run written");
+        self.poll_compaction(false)?;
+        Ok(bytes)
+    }
+
+    fn next_name(&mut self) -> String {
+        let name = format!("{}-{:06}", self.prefix, self.next_seq);
+        self.next_seq += 1;
+        name
+    }
+
+    /// From now on, rows of `table` whose `Int64` value column `column` is
+    /// at most `through` count as deleted: lookups and scans skip them and
+    /// compaction drops them. `through` never goes back.
+    pub fn set_expiry(&mut self, table: TableId, column: usize, through: i64) -> Result<()> {
+        let t = &mut self.tables[table.0];
+        if t.values.fields().get(column).map(|f| f.data_type()) != Some(&DataType::Int64) {
+            return Err(StateError::Missing(format!(
+                "table {:?} has no Int64 column {column} to expire rows by",
+                t.name
+            )));
+        }
+        let through = t.expiry.map_or(through, |e| e.through.max(through));
+        t.expiry = Some(Expiry { column, through });
+        Ok(())
+    }
+
+    /// Whether `table` has any rows on disk.
+    pub fn has_rows(&self, table: TableId) -> bool {
+        !self.tables[table.0].runs.is_empty()
+    }
+
+    /// The current values of `keys` in `table`; deleted and absent keys are
+    /// not found.
+    pub fn get(&mut self, table: TableId, keys: &[&[u8]]) -> Result<Lookup> {
+        let values = Arc::clone(&self.tables[table.0].values);
+        if keys.is_empty() || self.tables[table.0].runs.is_empty() {
+            return Ok(Lookup {
+                found: Vec::new(),
+                values: RecordBatch::new_empty(values),
+            });
+        }
+        self.stats.keys_probed += keys.len() as u64;
+        let mut open: Vec<u32> = (0..keys.len() as u32).collect();
+        // Sorted probes read each block once per run, in file order.
+        open.sort_unstable_by(|&a, &b| keys[a as usize].cmp(keys[b as usize]));
+        let hashes: Vec<u64> = keys.iter().map(|k| hash(k)).collect();
+        let mut blocks: Vec<Arc<Block>> = Vec::new();
+        let mut hits: Vec<(usize, (usize, usize))> = Vec::new();
+        let runs = self.tables[table.0].runs.clone();
+        let expiry = self.tables[table.0].expiry;
+        for run in &runs {
+            if open.is_empty() {
+                break;
+            }
+            let mut still = Vec::with_capacity(open.len());
+            let mut current: Option<(usize, usize)> = None; // (block number, slot)
+            for &probe in &open {
+                let key = keys[probe as usize];
+                let Some(b) = run.block_for(key, hashes[probe as usize]) else {
+                    still.push(probe);
+                    continue;
+                };
+                let slot = match current {
+                    Some((n, slot)) if n == b => slot,
+                    _ => {
+                        let block = self.block(run, b)?;
+                        blocks.push(block);
+                        current = Some((b, blocks.len() - 1));
+                        blocks.len() - 1
+                    }
+                };
+                match blocks[slot].find(key) {
+                    Some(row) if blocks[slot].deleted.value(row) => {}
+                    Some(row) if expiry.is_some_and(|e| e.expired(&blocks[slot].values, row)) => {}
+                    Some(row) => hits.push((probe as usize, (slot, row))),
+                    None => still.push(probe),
+                }
+            }
+            open = still;
+        }
+        hits.sort_unstable_by_key(|h| h.0);
+        let picks: Vec<(usize, usize)> = hits.iter().map(|h| h.1).collect();
+        let columns = (0..values.fields().len())
+            .map(|c| {
+                let parts: Vec<&dyn Array> =
+                    blocks.iter().map(|b| b.values.column(c).as_ref()).collect();
+                if parts.is_empty() {
+                    Ok(arrow::array::new_empty_array(values.field(c).data_type()))
+                } else {
+                    interleave(&parts, &picks)
+                }
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
+        let batch = RecordBatch::try_new_with_options(
+            values,
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(picks.len())),
+        )?;
+        Ok(Lookup {
+            found: hits.into_iter().map(|h| h.0).collect(),
+            values: batch,
+        })
+    }
+
+    fn block(&mut self, run: &Arc<Run>, b: usize) -> Result<Arc<Block>> {
+        let key = (run.id, b as u32);
+        if let Some(block) = self.cache.get(key) {
+            return Ok(block);
+        }
+        self.stats.blocks_read += 1;
+        let block = Arc::new(run.read_block(b)?);
+        self.cache.insert(key, Arc::clone(&block));
+        Ok(block)
+    }
+
+    /// Every current row of `table`, in key order (the last compaction's
+    /// and later writes merged).
+    pub fn scan(&mut self, table: TableId) -> Result<Scan> {
+        let t = &self.tables[table.0];
+        Ok(Scan(Merge::new(
+            &t.runs,
+            false,
+            t.expiry,
+            Arc::clone(&t.values),
+        )?))
+    }
+
+    /// Makes every run written so far durable and returns the current runs
+    /// of every table. Installs a finished compaction first.
+    pub fn checkpoint(&mut self) -> Result<StoreManifest> {
+        self.poll_compaction(false)?;
+        if !self.unsynced.is_empty() {
+            for f in &self.unsynced {
+                f.sync(&self.dir)?;
+            }
+            sync_dir(&self.dir)?;
+            self.unsynced.clear();
+        }
+        Ok(self.manifest())
+    }
+
+    /// The current runs of every table (durable or not).
+    pub fn manifest(&self) -> StoreManifest {
+        StoreManifest {
+            tables: self
+                .tables
+                .iter()
+                .filter(|t| !t.runs.is_empty())
+                .map(|t| {
+                    (
+                        t.name.clone(),
+                        t.runs.iter().map(|r| r.name.clone()).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Deletes the run files of this directory that neither a current
+    /// table, a running compaction nor `pinned` (run names of kept
+    /// checkpoints) refers to.
+    pub fn retain(&mut self, pinned: &BTreeSet<String>) -> Result<()> {
+        let mut live: BTreeSet<&str> = pinned.iter().map(String::as_str).collect();
+        for t in &self.tables {
+            live.extend(t.runs.iter().map(|r| r.name.as_str()));
+        }
+        if let Some(job) = &self.job {
+            live.insert(job.output.as_str());
+            live.extend(job.inputs.iter().map(String::as_str));
+        }
+        let entries = std::fs::read_dir(&self.dir).map_err(StateError::io("list", &self.dir))?;
+        let mut deleted = 0;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(run) = name
+                .strip_suffix(".arrow")
+                .or_else(|| name.strip_suffix(".idx"))
+            else {
+                continue;
+            };
+            if !live.contains(run) && std::fs::remove_file(e.path()).is_ok() {
+                deleted += 1;
+            }
+        }
+        self.stats.files_deleted += deleted;
+        Ok(())
+    }
+
+    /// Installs a finished compaction (waiting for it if `wait`), then
+    /// starts the next one if a table needs it.
+    pub fn poll_compaction(&mut self, wait: bool) -> Result<()> {
+        if self.job.as_ref().is_some_and(|j| wait || j.is_finished()) {
+            let done = self.job.take().expect("checked").join()?;
+            self.install(done)?;
+        }
+        self.maybe_compact()
+    }
+
+    fn install(&mut self, done: compact::Done) -> Result<()> {
+        let table = &self.tables[done.table];
+        let at = table
+            .runs
+            .iter()
+            .position(|r| r.name == done.inputs[0])
+            .ok_or_else(|| StateError::Missing("a compacted run left its table".into()))?;
+        let span = at..at + done.inputs.len();
+        let names: Vec<&str> = table.runs[span.clone()]
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        if names != done.inputs.iter().map(String::as_str).collect::<Vec<_>>() {
+            return Err(StateError::Missing(
+                "the runs a compaction merged are no longer neighbours".into(),
+            ));
+        }
+        let merged = match done.output {
+            Some(file) => {
+                self.stats.compactions += 1;
+                self.stats.compaction_bytes += file.bytes;
+                let id = self.next_run_id;
+                self.next_run_id += 1;
+                let run = Arc::new(Run::open(&self.dir, &file.name, id, &table.values)?);
+                self.unsynced.push(file);
+                Some(run)
+            }
+            None => None,
+        };
+        let table = &mut self.tables[done.table];
+        let old: Vec<Arc<Run>> = table.runs.splice(span, merged).collect();
+        for r in old {
+            self.cache.forget_run(r.id);
+        }
+        Ok(())
+    }
+
+    fn maybe_compact(&mut self) -> Result<()> {
+        if !self.compaction || self.job.is_some() {
+            return Ok(());
+        }
+        for (i, t) in self.tables.iter().enumerate() {
+            let sizes: Vec<u64> = t.runs.iter().map(|r| r.bytes).collect();
+            if let Some(span) = compact::pick(&sizes) {
+                let bottom = span.end == t.runs.len();
+                let runs = t.runs[span].to_vec();
+                let values = Arc::clone(&t.values);
+                let expiry = t.expiry;
+                let output = format!("{}-{:06}", self.prefix, self.next_seq);
+                self.next_seq += 1;
+                self.job = Some(Job::start(
+                    self.dir.clone(),
+                    i,
+                    runs,
+                    bottom,
+                    expiry,
+                    values,
+                    output,
+                )?);
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows on disk of `table` (a key written several times counts once
+    /// per run that holds it).
+    pub fn rows(&self, table: TableId) -> u64 {
+        self.tables[table.0].runs.iter().map(|r| r.rows).sum()
+    }
+
+    /// Bytes of the current runs' files.
+    pub fn disk_bytes(&self) -> u64 {
+        self.tables
+            .iter()
+            .flat_map(|t| &t.runs)
+            .map(|r| r.bytes)
+            .sum()
+    }
+
+    /// Memory held: run indexes, bloom filters and cached blocks.
+    pub fn memory(&self) -> usize {
+        self.cache.size()
+            + self
+                .tables
+                .iter()
+                .flat_map(|t| &t.runs)
+                .map(|r| r.size())
+                .sum::<usize>()
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.stats
+    }
+}
+
+/// Rows of a table in key order ([`StateStore::scan`]).
+pub struct Scan(Merge);
+
+impl Scan {
+    /// The next batch of (keys, values), `None` at the end.
+    pub fn next_batch(&mut self) -> Result<Option<(BinaryArray, RecordBatch)>> {
+        Ok(self
+            .0
+            .next_batch()?
+            .map(|Merged { keys, values, .. }| (keys, values)))
+    }
+}
+
+fn has_dictionary(t: &DataType) -> bool {
+    match t {
+        DataType::Dictionary(..) => true,
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            has_dictionary(f.data_type())
+        }
+        DataType::Struct(fields) => fields.iter().any(|f| has_dictionary(f.data_type())),
+        DataType::Map(f, _) => has_dictionary(f.data_type()),
+        _ => false,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StateError::io("sync", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow::array::{AsArray, Int64Array, StringArray};
+    use arrow::datatypes::{Field, Int64Type, Schema};
+
+    use super::*;
+
+    /// xorshift64*: a deterministic stream of test values.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]))
+    }
+
+    fn key(k: u64) -> Vec<u8> {
+        format!("key-{k:08}").into_bytes()
+    }
+
+    type Model = BTreeMap<Vec<u8>, i64>;
+
+    /// Writes `n` random upserts and deletions of keys below `space`.
+    fn write_random(
+        store: &mut StateStore,
+        t: TableId,
+        model: &mut Model,
+        rng: &mut Rng,
+        n: usize,
+        space: u64,
+    ) {
+        let mut keys = Vec::new();
+        let mut vals = Vec::new();
+        let mut dels = Vec::new();
+        for _ in 0..n {
+            let k = key(rng.below(space));
+            let v = rng.below(1_000_000) as i64;
+            let del = rng.below(10) == 0;
+            if del {
+                model.remove(&k);
+            } else {
+                model.insert(k.clone(), v);
+            }
+            keys.push(k);
+            vals.push(v);
+            dels.push(del);
+        }
+        let keys = BinaryArray::from_iter_values(keys.iter());
+        let strings: Vec<String> = vals.iter().map(|v| format!("s{v}")).collect();
+        let batch = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(vals)),
+                Arc::new(StringArray::from(strings)),
+            ],
+        )
+        .unwrap();
+        store.write(t, &keys, &batch, Some(&dels)).unwrap();
+    }
+
+    fn check_get(store: &mut StateStore, t: TableId, model: &Model, probes: &[u64]) {
+        let keys: Vec<Vec<u8>> = probes.iter().map(|&k| key(k)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let got = store.get(t, &refs).unwrap();
+        let expected: Vec<usize> = (0..keys.len())
+            .filter(|&i| model.contains_key(&keys[i]))
+            .collect();
+        assert_eq!(got.found, expected);
+        let v = got.values.column(0).as_primitive::<Int64Type>();
+        let s = got.values.column(1).as_string::<i32>();
+        for (row, &i) in got.found.iter().enumerate() {
+            assert_eq!(v.value(row), model[&keys[i]]);
+            assert_eq!(s.value(row), format!("s{}", model[&keys[i]]));
+        }
+    }
+
+    fn check_scan(store: &mut StateStore, t: TableId, model: &Model) {
+        let mut scan = store.scan(t).unwrap();
+        let mut seen = Vec::new();
+        while let Some((keys, values)) = scan.next_batch().unwrap() {
+            let v = values.column(0).as_primitive::<Int64Type>();
+            for i in 0..keys.len() {
+                seen.push((keys.value(i).to_vec(), v.value(i)));
+            }
+        }
+        let expected: Vec<(Vec<u8>, i64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn writes_lookups_scans_compaction_and_restore_agree_with_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut model = Model::new();
+        let mut store = StateStore::open(
+            dir.path(),
+            StoreOptions {
+                cache_bytes: 1 << 16,
+                compaction: true,
+            },
+        )
+        .unwrap();
+        let t = store.table("t", schema()).unwrap();
+        let mut manifests = Vec::new();
+        for round in 0..40 {
+            // Mostly small writes (checkpoint deltas), now and then a big one (a spill).
+            let n = if round % 9 == 0 {
+                3000
+            } else {
+                1 + rng.below(300) as usize
+            };
+            write_random(&mut store, t, &mut model, &mut rng, n, 5000);
+            let probes: Vec<u64> = (0..200).map(|_| rng.below(6000)).collect();
+            check_get(&mut store, t, &model, &probes);
+            if round % 5 == 4 {
+                let m = store.checkpoint().unwrap();
+                manifests.push((m, model.clone()));
+            }
+        }
+        store.poll_compaction(true).unwrap();
+        assert!(store.stats().compactions > 0, "no compaction ran");
+        assert!(
+            store.manifest().tables["t"].len() < 20,
+            "{:?}",
+            store.manifest()
+        );
+        check_scan(&mut store, t, &model);
+        let all: Vec<u64> = (0..5000).collect();
+        check_get(&mut store, t, &model, &all);
+
+        // Keep the last two checkpoints; every other file goes.
+        let last = store.checkpoint().unwrap();
+        manifests.push((last, model.clone()));
+        let kept = &manifests[manifests.len() - 2..];
+        let pinned: BTreeSet<String> = kept
+            .iter()
+            .flat_map(|(m, _)| m.runs().map(String::from))
+            .collect();
+        store.retain(&pinned).unwrap();
+        drop(store);
+
+        // Each kept checkpoint restores exactly its state.
+        for (m, state) in kept {
+            let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+            let t = store.table("t", schema()).unwrap();
+            store.restore(m).unwrap();
+            check_scan(&mut store, t, state);
+            check_get(&mut store, t, state, &all);
+        }
+        let on_disk = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(
+            on_disk,
+            1 + 2 * pinned.len(),
+            "LOCK and both files of each pinned run"
+        );
+    }
+
+    #[test]
+    fn expired_rows_are_not_found_scanned_or_kept_by_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let t = store.table("t", schema()).unwrap();
+        let mut model = Model::new();
+        let mut rng = Rng(11);
+        for _ in 0..8 {
+            write_random(&mut store, t, &mut model, &mut rng, 2000, 3000);
+        }
+        // Column 0 ("v") is the time rows expire by.
+        store.set_expiry(t, 0, 400_000).unwrap();
+        model.retain(|_, v| *v > 400_000);
+        let all: Vec<u64> = (0..3000).collect();
+        check_get(&mut store, t, &model, &all);
+        check_scan(&mut store, t, &model);
+        // An earlier cutoff does not bring rows back.
+        store.set_expiry(t, 0, 10).unwrap();
+        check_get(&mut store, t, &model, &all);
+        store.poll_compaction(true).unwrap();
+        while store.manifest().tables["t"].len() >= compact::FAN_IN {
+            store.poll_compaction(true).unwrap();
+        }
+        let on_disk = store.rows(t);
+        assert!(on_disk < 8 * 2000, "compaction kept {on_disk} rows");
+        check_get(&mut store, t, &model, &all);
+        assert!(store.set_expiry(t, 1, 0).is_err(), "column 1 is not Int64");
+    }
+
+    #[test]
+    fn a_directory_serves_one_store_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        assert!(matches!(
+            StateStore::open(dir.path(), StoreOptions::default()),
+            Err(StateError::Locked(_))
+        ));
+        let t = store.table("t", schema()).unwrap();
+        let mut model = Model::new();
+        write_random(&mut store, t, &mut model, &mut Rng(7), 100, 50);
+        let m = store.checkpoint().unwrap();
+        drop(store);
+
+        let run = m.runs().next().unwrap().to_string();
+        let idx = dir.path().join(format!("{run}.idx"));
+        let mut bytes = std::fs::read(&idx).unwrap();
+        bytes[20] ^= 0xff;
+        std::fs::write(&idx, &bytes).unwrap();
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        store.table("t", schema()).unwrap();
+        let e = store.restore(&m).unwrap_err().to_string();
+        assert!(e.contains(&run) && e.contains("checksum"), "{e}");
+
+        // A run written with other columns is refused, naming both layouts.
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let t = store.table("t", schema()).unwrap();
+        write_random(&mut store, t, &mut Model::new(), &mut Rng(9), 10, 50);
+        let m = store.checkpoint().unwrap();
+        drop(store);
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let other = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
+        store.table("t", other).unwrap();
+        let e = store.restore(&m).unwrap_err().to_string();
+        assert!(e.contains("v Int64") && e.contains("v Utf8"), "{e}");
+        // A table the query does not have is named.
+        let mut store2 =
+            StateStore::open(tempfile::tempdir().unwrap().path(), StoreOptions::default()).unwrap();
+        let e = store2.restore(&m).unwrap_err().to_string();
+        assert!(e.contains("\"t\""), "{e}");
+    }
+}
