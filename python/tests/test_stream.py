@@ -145,3 +145,17 @@ def test_inferred_numbers_are_double_so_a_later_fraction_decodes(tmp_path):
     assert s.schema.field("total").type == pa.float64()
     got = s.arrow()
     assert sum(got.column("total").to_pylist()) == 1500 * 128 + 500 * 128.5
+
+
+def test_spilled_state_gives_the_same_table_and_duckdb_agrees(tmp_path):
+    # 20 000 keys hold several MiB of groups: at 1 MiB they spill to disk and are read back.
+    sql = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS hi FROM orders GROUP BY merchant"
+    rows = events(60_000, keys=20_000, step_ms=5, disorder_ms=0, seed=4)
+    table = to_table(rows)
+    in_memory = ubik.stream(sql, from_=table).arrow()
+    spilled = ubik.stream(sql, from_=table, state_memory="1MiB", state_dir=str(tmp_path)).arrow()
+    assert spilled.equals(in_memory)
+    want = duck("SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS hi FROM orders GROUP BY ALL", table)
+    assert_same(spilled, want, ["merchant"])
+    with pytest.raises(ValueError, match="state_memory"):
+        ubik.stream(sql, from_=table, state_memory="lots").arrow()
