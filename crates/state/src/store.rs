@@ -137,6 +137,43 @@ fn unique_prefix() -> String {
     format!("r{:x}{:05x}", nanos, std::process::id() & 0xfffff)
 }
 
+/// The block a lookup is reading and the rows it found there.
+#[derive(Default)]
+struct BlockHits {
+    /// (run id, block number) of `block`.
+    at: Option<(u64, usize)>,
+    block: Option<Arc<Block>>,
+    /// (probe, row in the block).
+    rows: Vec<(usize, u32)>,
+}
+
+impl BlockHits {
+    /// Copies the rows found into a part of their own, noting where each
+    /// probe's row is: (part, row in the part).
+    fn copy_out(
+        &mut self,
+        parts: &mut Vec<RecordBatch>,
+        hits: &mut Vec<(usize, (usize, usize))>,
+    ) -> Result<()> {
+        let Some(block) = self.block.take() else {
+            return Ok(());
+        };
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let rows = arrow::array::UInt32Array::from_iter_values(self.rows.iter().map(|r| r.1));
+        parts.push(arrow::compute::take_record_batch(&block.values, &rows)?);
+        let part = parts.len() - 1;
+        hits.extend(
+            self.rows
+                .drain(..)
+                .enumerate()
+                .map(|(i, (probe, _))| (probe, (part, i))),
+        );
+        Ok(())
+    }
+}
+
 impl StateStore {
     /// Opens (creating) the store in `dir`, claiming it for this process.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Self> {
@@ -173,6 +210,7 @@ impl StateStore {
     /// (the system's temporary directory if `None`), deleted with the store.
     pub fn temporary(parent: Option<&Path>, options: StoreOptions) -> Result<Self> {
         let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        std::fs::create_dir_all(&parent).map_err(StateError::io("create", &parent))?;
         let temp = tempfile::Builder::new()
             .prefix("ubik-state-")
             .tempdir_in(&parent)
@@ -311,7 +349,7 @@ impl StateStore {
         let id = self.next_run_id;
         self.next_run_id += 1;
         let run = Run::open(&self.dir, &file.name, id, &self.tables[table.0].values)?;
-        self.unsynced.push(file);
+        self.keep_unsynced(file);
         self.tables[table.0].runs.insert(0, Arc::new(run));
         debug!(table = %self.tables[table.0].name, rows = idx.len(), bytes, "state run written");
         self.poll_compaction(false)?;
@@ -360,50 +398,49 @@ impl StateStore {
         // Sorted probes read each block once per run, in file order.
         open.sort_unstable_by(|&a, &b| keys[a as usize].cmp(keys[b as usize]));
         let hashes: Vec<u64> = keys.iter().map(|k| hash(k)).collect();
-        let mut blocks: Vec<Arc<Block>> = Vec::new();
+        // The rows found, copied out of their block before the next block
+        // is read: a lookup holds the rows it found, not every block it read.
+        let mut parts: Vec<RecordBatch> = Vec::new();
         let mut hits: Vec<(usize, (usize, usize))> = Vec::new();
         let runs = self.tables[table.0].runs.clone();
         let expiry = self.tables[table.0].expiry;
+        let mut found = BlockHits::default();
         for run in &runs {
             if open.is_empty() {
                 break;
             }
             let mut still = Vec::with_capacity(open.len());
-            let mut current: Option<(usize, usize)> = None; // (block number, slot)
             for &probe in &open {
                 let key = keys[probe as usize];
                 let Some(b) = run.block_for(key, hashes[probe as usize]) else {
                     still.push(probe);
                     continue;
                 };
-                let slot = match current {
-                    Some((n, slot)) if n == b => slot,
-                    _ => {
-                        let block = self.block(run, b)?;
-                        blocks.push(block);
-                        current = Some((b, blocks.len() - 1));
-                        blocks.len() - 1
-                    }
-                };
-                match blocks[slot].find(key) {
-                    Some(row) if blocks[slot].deleted.value(row) => {}
-                    Some(row) if expiry.is_some_and(|e| e.expired(&blocks[slot].values, row)) => {}
-                    Some(row) => hits.push((probe as usize, (slot, row))),
+                if found.at != Some((run.id, b)) {
+                    found.copy_out(&mut parts, &mut hits)?;
+                    found.block = Some(self.block(run, b)?);
+                    found.at = Some((run.id, b));
+                }
+                let block = found.block.as_ref().expect("just read");
+                match block.find(key) {
+                    Some(row) if block.deleted.value(row) => {}
+                    Some(row) if expiry.is_some_and(|e| e.expired(&block.values, row)) => {}
+                    Some(row) => found.rows.push((probe as usize, row as u32)),
                     None => still.push(probe),
                 }
             }
             open = still;
         }
+        found.copy_out(&mut parts, &mut hits)?;
         hits.sort_unstable_by_key(|h| h.0);
         let picks: Vec<(usize, usize)> = hits.iter().map(|h| h.1).collect();
         let columns = (0..values.fields().len())
             .map(|c| {
-                let parts: Vec<&dyn Array> =
-                    blocks.iter().map(|b| b.values.column(c).as_ref()).collect();
-                if parts.is_empty() {
+                let columns: Vec<&dyn Array> = parts.iter().map(|b| b.column(c).as_ref()).collect();
+                if columns.is_empty() {
                     Ok(arrow::array::new_empty_array(values.field(c).data_type()))
                 } else {
-                    interleave(&parts, &picks)
+                    interleave(&columns, &picks)
                 }
             })
             .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
@@ -536,7 +573,7 @@ impl StateStore {
                 let id = self.next_run_id;
                 self.next_run_id += 1;
                 let run = Arc::new(Run::open(&self.dir, &file.name, id, &table.values)?);
-                self.unsynced.push(file);
+                self.keep_unsynced(file);
                 Some(run)
             }
             None => None,
@@ -545,8 +582,24 @@ impl StateStore {
         let old: Vec<Arc<Run>> = table.runs.splice(span, merged).collect();
         for r in old {
             self.cache.forget_run(r.id);
+            if self._temporary.is_some() {
+                // No checkpoint refers to a temporary store's runs: what a
+                // compaction replaced goes now, not at the next retain.
+                for f in crate::run::file_names(&r.name) {
+                    let _ = std::fs::remove_file(self.dir.join(f));
+                }
+                self.stats.files_deleted += 2;
+            }
         }
         Ok(())
+    }
+
+    /// Notes a run the next checkpoint must sync; a temporary store has no
+    /// checkpoints, so its runs are never synced (and their handles close).
+    fn keep_unsynced(&mut self, file: RunFile) {
+        if self._temporary.is_none() {
+            self.unsynced.push(file);
+        }
     }
 
     fn maybe_compact(&mut self) -> Result<()> {
