@@ -1397,6 +1397,146 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
     assert_eq!(letters(&lone_dlq), want_letters, "the group's dead letters");
 }
 
+/// A group task's continuous GROUP BY spills (1 MiB budget) and replicates
+/// its state to the state topic as deltas: a checkpoint uploads the runs
+/// written since the previous one and keeps the others. Its owner dies in
+/// the middle of a replication (new runs sent, not their manifest); a
+/// second member restores the tasks from Kafka, base runs plus deltas, and
+/// the group's committed records are exactly a single process's.
+#[test]
+fn a_group_task_restores_its_state_from_incremental_checkpoints_in_kafka() {
+    const CONTINUOUS: &str =
+        "SELECT merchant, count(*) AS n, sum(amount) AS total FROM \"{T}\" GROUP BY merchant";
+    const CONTINUOUS_ORACLE: &str =
+        "SELECT merchant, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant";
+    let Some(_broker) = serial() else { return };
+    let input = unique("delta-in");
+    create_topic(&input, 2);
+    // The first 40 000 events each bring a new key: several MiB of state,
+    // far over the budget. The next 60 000 touch 200 keys: checkpoints then
+    // change little of the state.
+    let lines: Vec<String> = events(100_000, 1_000, 3_000, 17)
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v: serde_json::Value = serde_json::from_str(&l).unwrap();
+            v["merchant"] = match i < 40_000 {
+                true => format!("new{i:05}"),
+                false => format!("hot{:03}", i % 200),
+            }
+            .into();
+            v.to_string()
+        })
+        .collect();
+    produce(&input, &lines);
+    let run = |output: &str, extra: &[&str]| {
+        let mut c = ubik();
+        c.arg("run")
+            .arg(CONTINUOUS.replace("{T}", &input))
+            .args([
+                "--from",
+                &format!("kafka://{}/{input}?end=latest", broker()),
+            ])
+            .args([
+                "--to",
+                &format!("kafka://{}/{output}?partitions=3", broker()),
+            ])
+            .args([
+                "--schema",
+                SCHEMA,
+                "--lateness",
+                "5s",
+                "--batch-size",
+                "400",
+            ])
+            .args(["--state-memory", "1MiB", "-q"])
+            .args(extra);
+        c
+    };
+    let reference_out = changelog_topic(unique("delta-ref"), 3);
+    let o = run(&reference_out, &[]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reference_recs = consume_all(&reference_out, "read_committed");
+    let text = ubik_testkit::events::jsonl(&lines);
+    let input_rows = read_jsonl(text.as_bytes(), &orders_schema(SCHEMA));
+    let want = one_shot(CONTINUOUS_ORACLE, &input_rows, &[0]);
+    assert_matches("single process", &fold_recs(&reference_recs), &want);
+    let reference: BTreeSet<Rec> = reference_recs.into_iter().collect();
+
+    let output = changelog_topic(unique("delta-out"), 3);
+    let group = unique("delta");
+    let dir = tempfile::tempdir().unwrap();
+    let member = |i: usize, failpoint: Option<&str>| {
+        let mut c = run(
+            &output,
+            &[
+                "--group",
+                &group,
+                "--partitioned-by",
+                "merchant",
+                "--checkpoint-every",
+                "4000",
+                "-X",
+                "session.timeout.ms=6000",
+                "-X",
+                "heartbeat.interval.ms=500",
+            ],
+        );
+        c.arg("--checkpoint")
+            .arg(dir.path().join(format!("ck{i}")))
+            .env("UBIK_LOG", "info,ubik_kafka::state=debug");
+        if let Some(f) = failpoint {
+            c.env("UBIK_FAILPOINT", f);
+        }
+        c.output().unwrap()
+    };
+    // Two tasks: the 16th replication is about each task's 8th checkpoint,
+    // past the new keys.
+    let first = member(0, Some("checkpoint-replica:16"));
+    let log0 = stderr(&first);
+    assert!(
+        log0.contains("failpoint"),
+        "the first member did not die at its failpoint:\n{log0}"
+    );
+    let field = |line: &str, name: &str| -> Option<u64> {
+        let at = line.find(&format!(" {name}="))? + name.len() + 2;
+        line[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    // Once the new keys are in, checkpoints keep the runs earlier ones
+    // uploaded and send a small delta: the topic gets what changed.
+    let saves: Vec<(u64, u64)> = log0
+        .lines()
+        .filter(|l| l.contains("checkpoint replicated"))
+        .filter_map(|l| Some((field(l, "shared_kept")?, field(l, "shared_bytes")?)))
+        .collect();
+    let largest = saves.iter().map(|s| s.1).max().unwrap_or(0);
+    assert!(
+        saves
+            .iter()
+            .any(|&(kept, bytes)| kept > 0 && bytes * 10 < largest),
+        "no checkpoint sent a small delta, (runs kept, bytes sent): {saves:?}\n{log0}"
+    );
+    let second = member(1, None);
+    let log1 = stderr(&second);
+    assert!(second.status.success(), "{log1}");
+    let restored: Vec<u64> = log1
+        .lines()
+        .filter(|l| l.contains("restored the checkpoint from its replica"))
+        .filter_map(|l| field(l, "runs"))
+        .collect();
+    assert!(
+        restored.iter().any(|&runs| runs >= 2),
+        "no task was restored from several runs (a base and deltas): {restored:?}\n{log1}"
+    );
+    let committed = consume_all(&output, "read_committed");
+    assert_matches("group output", &fold_recs(&committed), &want);
+    assert_same_records("group output", &committed, &reference);
+}
+
 /// 3 members of a group on a 6-partition topic, one killed with -9 mid-run
 /// and a fourth started, another killed at a failpoint (mid-checkpoint or
 /// right after a commit) and a fifth started: the read_committed fold of the output equals the

@@ -60,7 +60,7 @@ pub const EVENT_TIME_METADATA: &str = "ubik.event_time";
 pub const RECORD_TIMESTAMP_METADATA: &str = "ubik.record_timestamp";
 pub use dead_letter::{DeadLetter, DeadLetterSink};
 pub use error::ConnectorError;
-pub use replica::{CheckpointFiles, CheckpointReplica, Replicated};
+pub use replica::{CheckpointFiles, CheckpointReplica, Replicated, SharedFile};
 pub use sink::{Sink, SinkRecord};
 pub use source::{
     Chunk, DEFAULT_POLL_TIMEOUT, Payload, RecordMeta, Source, SourceEvent, SourcePosition,

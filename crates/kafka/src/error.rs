@@ -19,6 +19,9 @@ pub enum Error {
     Transient(String),
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    /// A local file to replicate could not be read.
+    #[error("{0}")]
+    Io(String),
 }
 
 /// Whether a librdkafka error means this producer was fenced.
@@ -46,6 +49,7 @@ impl From<Error> for ConnectorError {
             Error::Transient(m) => ConnectorError::Transient(m),
             Error::Kafka(k) if is_fenced(&k) => ConnectorError::Fenced(k.to_string()),
             Error::Kafka(k) => ConnectorError::Fatal(format!("kafka: {k}")),
+            Error::Io(m) => ConnectorError::Fatal(m),
         }
     }
 }

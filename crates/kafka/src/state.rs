@@ -4,25 +4,34 @@
 //! Records of task `T`, all on partition `T % partitions`:
 //!
 //! ```text
-//! key "T"                      manifest: {"epoch", "writer", "files": [{"name", "len", "chunks"}], "summary"}
-//! key "T/WRITER/EPOCH/FILE/I"  chunk I of FILE (at most CHUNK bytes)
-//! key "T/idle"                 the idle-close log
+//! key "T"                        manifest: {"epoch", "writer", "files": [{"name", "len", "chunks"}],
+//!                                           "shared": [{"name", "len", "chunks"}], "summary"}
+//! key "T/WRITER/EPOCH/FILE/I"    chunk I of the checkpoint's own FILE (at most CHUNK bytes)
+//! key "T/WRITER/run/FILE/I"      chunk I of a shared FILE (a state store run)
+//! key "T/idle"                   the idle-close log
 //! ```
 //!
 //! Chunks are written before their manifest, on the same partition, so a
-//! reader that sees a manifest has seen its chunks. The previous epoch's
-//! chunks are deleted (tombstones) once the new manifest is durable; the
-//! topic is compacted, so it holds about one checkpoint per task. Chunk keys
-//! name their writer (one per opened task), so a fenced former owner still
-//! saving cannot mix its files into the new owner's checkpoint.
+//! reader that sees a manifest has seen its chunks. Once the new manifest
+//! is durable, the chunks it no longer names are deleted (tombstones); the
+//! topic is compacted, so it holds about one checkpoint per task.
 //!
-//! Why snapshots and not a changelog of every state update (Kafka Streams'
-//! way): the engine already takes consistent snapshots at each checkpoint
-//! together with the source positions, restoring is one read of the latest
-//! snapshot instead of a replay of updates, and the hot path writes nothing.
-//! The price is that each checkpoint writes the whole state.
+//! The state topic carries deltas: a checkpoint's own files are small (the
+//! state store's runs hold the keyed state), and a shared file, immutable
+//! and uniquely named, is uploaded by the first checkpoint that names it
+//! and kept while checkpoints name it. So each checkpoint uploads the runs
+//! written since the previous one (what changed, plus the store's
+//! compactions), and a restore reads the base runs plus the deltas.
+//!
+//! Chunk keys name their writer (one per opening of a task), and a writer
+//! names only chunks it wrote itself: a fenced former owner that is still
+//! saving cannot mix its files into the new owner's checkpoint, nor delete
+//! files the new owner relies on. So a task's first checkpoint after it
+//! moves uploads its shared files again, whole (its restore read them whole
+//! anyway), and deletes the former owner's.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::time::Duration;
 
 use rdkafka::Offset;
@@ -31,7 +40,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::json;
-use ubik_connector::{CheckpointFiles, CheckpointReplica, ConnectorError, Replicated};
+use tracing::debug;
+use ubik_connector::{CheckpointFiles, CheckpointReplica, ConnectorError, Replicated, SharedFile};
 
 use crate::admin::{METADATA_TIMEOUT, ensure_topic_with};
 use crate::config::{EmitMode, KafkaUrl};
@@ -53,8 +63,23 @@ pub struct StateTopic {
     writer: String,
     producer: UbikProducer,
     errors: DeliveryErrors,
-    /// Chunk keys of the last manifest this writer saved or loaded.
+    /// Chunk keys to delete once the next manifest is durable: the last
+    /// saved checkpoint's own files, and what a load found of other writers.
     chunks: Vec<String>,
+    /// The shared files this writer uploaded that its last manifest names.
+    shared: BTreeMap<String, Uploaded>,
+}
+
+/// A file's chunks on the topic.
+struct Uploaded {
+    len: u64,
+    keys: Vec<String>,
+}
+
+impl Uploaded {
+    fn listing(&self, name: &str) -> serde_json::Value {
+        json!({"name": name, "len": self.len, "chunks": self.keys.len()})
+    }
 }
 
 /// A name unique to this opening of a task.
@@ -105,6 +130,7 @@ impl StateTopic {
             producer,
             errors,
             chunks: Vec::new(),
+            shared: BTreeMap::new(),
         })
     }
 
@@ -116,6 +142,55 @@ impl StateTopic {
             r = r.payload(v);
         }
         send(&self.producer, r)
+    }
+
+    /// Writes `bytes` as chunks keyed `PREFIX/I` (one empty chunk if empty).
+    fn put_chunks(&self, prefix: &str, bytes: &[u8]) -> Result<Uploaded, Error> {
+        let pieces: Vec<&[u8]> = if bytes.is_empty() {
+            vec![&[][..]]
+        } else {
+            bytes.chunks(CHUNK).collect()
+        };
+        let mut keys = Vec::with_capacity(pieces.len());
+        for (i, piece) in pieces.iter().enumerate() {
+            let key = format!("{prefix}/{i}");
+            self.put(&key, Some(piece))?;
+            keys.push(key);
+        }
+        Ok(Uploaded {
+            len: bytes.len() as u64,
+            keys,
+        })
+    }
+
+    /// Writes a shared file as chunks, reading it a chunk at a time.
+    fn put_file(&self, file: &SharedFile) -> Result<Uploaded, Error> {
+        let unreadable =
+            |e: std::io::Error| Error::Io(format!("reading {}: {e}", file.path.display()));
+        let mut f = std::fs::File::open(&file.path).map_err(unreadable)?;
+        let prefix = format!("{}/{}/run/{}", self.task, self.writer, file.name);
+        let mut piece = vec![0; CHUNK];
+        let (mut len, mut keys) = (0, Vec::new());
+        loop {
+            let mut filled = 0;
+            while filled < CHUNK {
+                match f.read(&mut piece[filled..]).map_err(unreadable)? {
+                    0 => break,
+                    n => filled += n,
+                }
+            }
+            if filled == 0 && !keys.is_empty() {
+                break;
+            }
+            let key = format!("{prefix}/{}", keys.len());
+            self.put(&key, Some(&piece[..filled]))?;
+            keys.push(key);
+            len += filled as u64;
+            if filled < CHUNK {
+                break;
+            }
+        }
+        Ok(Uploaded { len, keys })
     }
 
     fn flush(&self) -> Result<(), Error> {
@@ -253,36 +328,63 @@ impl CheckpointReplica for StateTopic {
         &mut self,
         epoch: u64,
         files: &[(&str, &[u8])],
+        shared: &[SharedFile],
         summary: &serde_json::Value,
     ) -> Result<(), ConnectorError> {
-        let mut keys = Vec::new();
+        let mut own = Vec::new();
         let mut listed = Vec::new();
+        let mut sent = 0;
         for (name, bytes) in files {
-            let pieces: Vec<&[u8]> = if bytes.is_empty() {
-                vec![&[][..]]
-            } else {
-                bytes.chunks(CHUNK).collect()
+            let up = self.put_chunks(
+                &format!("{}/{}/{epoch}/{name}", self.task, self.writer),
+                bytes,
+            )?;
+            listed.push(up.listing(name));
+            sent += up.len;
+            own.extend(up.keys);
+        }
+        let mut named = BTreeMap::new();
+        let mut listed_shared = Vec::new();
+        let (mut uploaded, mut sent_shared) = (0, 0);
+        for f in shared {
+            let up = match self.shared.remove(&f.name) {
+                Some(up) => up,
+                None => {
+                    let up = self.put_file(f)?;
+                    uploaded += 1;
+                    sent_shared += up.len;
+                    up
+                }
             };
-            for (i, piece) in pieces.iter().enumerate() {
-                let key = format!("{}/{}/{epoch}/{name}/{i}", self.task, self.writer);
-                self.put(&key, Some(piece))?;
-                keys.push(key);
-            }
-            listed.push(json!({"name": name, "len": bytes.len(), "chunks": pieces.len()}));
+            listed_shared.push(up.listing(&f.name));
+            named.insert(f.name.clone(), up);
         }
         ubik_connector::failpoint::hit("checkpoint-replica");
-        let manifest =
-            json!({"epoch": epoch, "writer": self.writer, "files": listed, "summary": summary});
+        let manifest = json!({"epoch": epoch, "writer": self.writer, "files": listed,
+            "shared": listed_shared, "summary": summary});
         self.put(
             &self.task.to_string(),
             Some(manifest.to_string().as_bytes()),
         )?;
         self.flush()?;
-        // The manifest is durable: the chunks it replaced can go.
-        for key in std::mem::replace(&mut self.chunks, keys) {
-            self.put(&key, None)?;
+        // The manifest is durable: the chunks it no longer names can go.
+        let unnamed = std::mem::replace(&mut self.shared, named);
+        let mut gone = std::mem::replace(&mut self.chunks, own);
+        gone.extend(unnamed.into_values().flat_map(|u| u.keys));
+        for key in &gone {
+            self.put(key, None)?;
         }
         self.flush()?;
+        debug!(
+            task = self.task,
+            epoch,
+            bytes = sent + sent_shared,
+            shared_uploaded = uploaded,
+            shared_bytes = sent_shared,
+            shared_kept = shared.len() - uploaded,
+            chunks_deleted = gone.len(),
+            "checkpoint replicated"
+        );
         Ok(())
     }
 
@@ -299,6 +401,7 @@ impl CheckpointReplica for StateTopic {
         let Some(manifest) = latest.get(&task.to_string()).cloned().flatten() else {
             return Ok(Replicated {
                 checkpoint: None,
+                shared: Vec::new(),
                 idle,
             });
         };
@@ -308,42 +411,52 @@ impl CheckpointReplica for StateTopic {
             .as_u64()
             .ok_or_else(|| bad(&topic, task, "no epoch"))?;
         let writer = manifest["writer"].as_str().unwrap_or_default();
-        let mut files: CheckpointFiles = Vec::new();
         let mut keys = Vec::new();
-        for f in manifest["files"].as_array().into_iter().flatten() {
-            let name = f["name"].as_str().unwrap_or_default();
-            let len = f["len"].as_u64().unwrap_or(0) as usize;
-            let chunks = f["chunks"].as_u64().unwrap_or(0);
-            let mut bytes = Vec::with_capacity(len);
-            for i in 0..chunks {
-                let key = format!("{task}/{writer}/{epoch}/{name}/{i}");
-                let piece = latest
-                    .get(&key)
-                    .and_then(Option::as_ref)
-                    .ok_or_else(|| bad(&topic, task, format!("chunk {key} is missing")))?;
-                bytes.extend_from_slice(piece);
-                keys.push(key);
+        let mut read = |list: &serde_json::Value, prefix: &str| {
+            let mut files: CheckpointFiles = Vec::new();
+            for f in list.as_array().into_iter().flatten() {
+                let name = f["name"].as_str().unwrap_or_default();
+                let len = f["len"].as_u64().unwrap_or(0) as usize;
+                let chunks = f["chunks"].as_u64().unwrap_or(0);
+                let mut bytes = Vec::with_capacity(len);
+                for i in 0..chunks {
+                    let key = format!("{task}/{writer}/{prefix}/{name}/{i}");
+                    // Taken out: the map then holds only what this manifest does not name.
+                    let piece = latest
+                        .remove(&key)
+                        .flatten()
+                        .ok_or_else(|| bad(&topic, task, format!("chunk {key} is missing")))?;
+                    bytes.extend_from_slice(&piece);
+                    keys.push(key);
+                }
+                if bytes.len() != len {
+                    return Err(bad(
+                        &topic,
+                        task,
+                        format!("{name} has {} bytes, its manifest says {len}", bytes.len()),
+                    ));
+                }
+                files.push((name.to_string(), bytes));
             }
-            if bytes.len() != len {
-                return Err(bad(
-                    &topic,
-                    task,
-                    format!("{name} has {} bytes, its manifest says {len}", bytes.len()),
-                ));
-            }
-            files.push((name.to_string(), bytes));
-        }
+            Ok(files)
+        };
+        let files = read(&manifest["files"], &epoch.to_string())?;
+        // Absent in checkpoints saved before the state topic carried deltas.
+        let shared = read(&manifest["shared"], "run")?;
         // This writer deletes them once it saves a newer checkpoint, with
         // any chunks of writers that crashed before saving their manifest.
         let manifest_key = task.to_string();
         let orphans = latest
-            .iter()
-            .filter(|(k, v)| v.is_some() && **k != manifest_key && !keys.contains(k));
-        let orphans: Vec<String> = orphans.map(|(k, _)| k.clone()).collect();
-        keys.extend(orphans);
+            .into_iter()
+            .filter(|(k, v)| v.is_some() && *k != manifest_key);
+        keys.extend(orphans.map(|(k, _)| k));
+        // Its shared files too: this writer uploads its own copies (see the
+        // module documentation).
         self.chunks = keys;
+        self.shared.clear();
         Ok(Replicated {
             checkpoint: Some((epoch, files)),
+            shared,
             idle,
         })
     }

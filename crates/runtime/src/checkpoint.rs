@@ -18,9 +18,11 @@
 //! checkpoint intact and current.
 //!
 //! A store may have a [`CheckpointReplica`] (a task of a consumer group:
-//! Kafka): each checkpoint and idle decision is then also saved there, and
-//! opening the store first installs the replica's checkpoint when it is
-//! newer than the local one, so any process can take the task over.
+//! Kafka): each checkpoint and idle decision is then also saved there, with
+//! the state runs it refers to as shared files (the replica uploads a run
+//! once), and opening the store first installs the replica's checkpoint and
+//! runs when it is newer than the local one, so any process can take the
+//! task over.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tracing::info;
-use ubik_connector::CheckpointReplica;
+use ubik_connector::{CheckpointReplica, SharedFile};
 
 use crate::error::{Result, RuntimeError};
 
@@ -76,6 +78,8 @@ fn no_watermark() -> i64 {
 
 pub struct CheckpointStore {
     dir: PathBuf,
+    /// The state store's directory (its runs are the checkpoints' shared files).
+    state_dir: PathBuf,
     keep: usize,
     replica: Option<Box<dyn CheckpointReplica>>,
 }
@@ -110,10 +114,25 @@ impl CheckpointStore {
         fs::create_dir_all(&dir)
             .map_err(|e| ckpt_err("cannot create checkpoint directory", &dir, e))?;
         Ok(Self {
+            state_dir: dir.join("state"),
             dir,
             keep: keep.max(1),
             replica: None,
         })
+    }
+
+    /// Keeps the state store in `dir` instead of the checkpoint directory's
+    /// `state/`; before [`Self::with_replica`], which installs runs there.
+    pub fn with_state_dir(mut self, dir: Option<PathBuf>) -> Self {
+        if let Some(d) = dir {
+            self.state_dir = d;
+        }
+        self
+    }
+
+    /// Where the state store's runs are.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
     }
 
     /// Adds a replica, first installing its checkpoint (and idle log) when
@@ -129,13 +148,17 @@ impl CheckpointStore {
                 .iter()
                 .map(|(n, b)| (n.as_str(), b.as_slice()))
                 .collect();
-            let bytes: usize = files.iter().map(|(_, b)| b.len()).sum();
+            let runs = held.shared.len() / 2;
+            let bytes: usize = files.iter().map(|(_, b)| b.len()).sum::<usize>()
+                + held.shared.iter().map(|(_, b)| b.len()).sum::<usize>();
+            self.install_shared(&held.shared)?;
             self.install(epoch, &files)?;
             let idle = self.idle_log_path();
             write_synced(&idle, held.idle.as_deref().unwrap_or_default())?;
             info!(
                 epoch,
                 bytes,
+                runs,
                 ms = started.elapsed().as_millis() as u64,
                 replica = replica.describe(),
                 "restored the checkpoint from its replica"
@@ -147,6 +170,32 @@ impl CheckpointStore {
         }
         self.replica = Some(replica);
         Ok(self)
+    }
+
+    /// Writes the state runs of a replica's checkpoint into the state
+    /// directory (each to a temporary name, synced, renamed): a run's name
+    /// is unique to its contents, so one already there is kept.
+    fn install_shared(&self, files: &[(String, Vec<u8>)]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let dir = &self.state_dir;
+        fs::create_dir_all(dir).map_err(|e| ckpt_err("cannot create", dir, e))?;
+        for (name, bytes) in files {
+            if name.contains('/') || name.starts_with('.') {
+                return Err(RuntimeError::Checkpoint(format!(
+                    "refusing state file name {name:?}"
+                )));
+            }
+            let path = dir.join(name);
+            if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
+                continue;
+            }
+            let tmp = dir.join(format!("{name}.tmp"));
+            write_synced(&tmp, bytes)?;
+            fs::rename(&tmp, &path).map_err(|e| ckpt_err("cannot rename", &tmp, e))?;
+        }
+        fsync_dir(dir)
     }
 
     /// The epoch `CURRENT` names, if any.
@@ -164,11 +213,6 @@ impl CheckpointStore {
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Whether checkpoints are also saved to a replica (a consumer group's state topic).
-    pub fn has_replica(&self) -> bool {
-        self.replica.is_some()
     }
 
     /// The state runs the kept checkpoints refer to.
@@ -274,7 +318,16 @@ impl CheckpointStore {
                 "state_keys": manifest.state_keys,
                 "watermark": manifest.watermark,
             });
-            replica.save(manifest.epoch, &files, &summary)?;
+            let shared: Vec<SharedFile> = manifest
+                .state_runs
+                .iter()
+                .flat_map(|run| ubik_engine::ubik_state::run::file_names(run))
+                .map(|name| SharedFile {
+                    path: self.state_dir.join(&name),
+                    name,
+                })
+                .collect();
+            replica.save(manifest.epoch, &files, &shared, &summary)?;
         }
         Ok(())
     }

@@ -252,9 +252,13 @@ fn open_pipeline_replicated(
     let dead_letters = open_dead_letters(dead_letters, &kafka)?;
     let store = match (&checkpoint, replica) {
         (None, _) => None,
-        (Some(dir), None) => Some(CheckpointStore::open(dir, settings.keep_checkpoints)?),
-        (Some(dir), Some(r)) => {
-            Some(CheckpointStore::open(dir, settings.keep_checkpoints)?.with_replica(r)?)
+        (Some(dir), replica) => {
+            let store = CheckpointStore::open(dir, settings.keep_checkpoints)?
+                .with_state_dir(settings.state_dir.clone());
+            match replica {
+                Some(r) => Some(store.with_replica(r)?),
+                None => Some(store),
+            }
         }
     };
     Pipeline::with_store(&sql, opened, &settings, store, dead_letters, stage)
@@ -342,6 +346,12 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result
     let mut task_spec = spec.for_task(p)?;
     task_spec.checkpoint = spec
         .checkpoint
+        .as_ref()
+        .map(|d| d.join(format!("task-{task}")));
+    // Each task's state store is its own (a store directory is locked by one user).
+    task_spec.settings.state_dir = spec
+        .settings
+        .state_dir
         .as_ref()
         .map(|d| d.join(format!("task-{task}")));
     let repartition_url = format!("kafka://{bootstrap}/{}", repartition_topic(&group.name));

@@ -228,10 +228,9 @@ pub struct Pipeline {
 }
 
 /// The state store and memory budget of a pipeline: a durable store in
-/// the checkpoint directory's `state/` (or `state_dir`) when checkpoints
-/// are local, else a temporary one for spills only. A consumer group's
-/// task replicates whole checkpoints to its state topic, so its state
-/// store holds spills only.
+/// the checkpoint directory's `state/` (or `state_dir`) when there are
+/// checkpoints (a consumer group's task replicates its runs to the state
+/// topic), else a temporary one for spills only.
 fn state_options(
     settings: &Settings,
     checkpoints: Option<&CheckpointStore>,
@@ -242,17 +241,11 @@ fn state_options(
             .map_or(64 << 20, |m| (m / 16).clamp(1 << 20, 64 << 20)) as usize,
         ..Default::default()
     };
-    let store = match checkpoints.filter(|c| !c.has_replica()) {
-        Some(c) => {
-            let dir = settings
-                .state_dir
-                .clone()
-                .unwrap_or_else(|| c.dir().join("state"));
-            SharedStore::durable(
-                ubik_engine::ubik_state::StateStore::open(&dir, options)
-                    .map_err(ubik_engine::EngineError::from)?,
-            )
-        }
+    let store = match checkpoints {
+        Some(c) => SharedStore::durable(
+            ubik_engine::ubik_state::StateStore::open(c.state_dir(), options)
+                .map_err(ubik_engine::EngineError::from)?,
+        ),
         None => SharedStore::temporary(settings.state_dir.clone(), options),
     };
     Ok(StateOptions {
@@ -277,7 +270,10 @@ impl Pipeline {
         dead_letters: Box<dyn DeadLetterSink>,
     ) -> Result<Self> {
         let store = match checkpoint {
-            Some(dir) => Some(CheckpointStore::open(dir, settings.keep_checkpoints)?),
+            Some(dir) => Some(
+                CheckpointStore::open(dir, settings.keep_checkpoints)?
+                    .with_state_dir(settings.state_dir.clone()),
+            ),
             None => None,
         };
         Self::with_store(sql, sources, settings, store, dead_letters, Stage::Whole)
