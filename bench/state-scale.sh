@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -18,9 +18,12 @@
 # skew        10x more state than the budget (SKEW_KEYS, default 10 M keys, --state-memory
 #             SKEW_BUDGET, default 256MiB): uniform keys against skew=0.9 (1% of the keys get
 #             63% of the events), against the same without a budget
+# ranks       Nexmark q18 (the latest bid per bidder and auction: a top-1 whose state grows with
+#             every pair seen) over RANK_EVENTS (default 10 M) bids, in memory against
+#             --state-memory RANK_BUDGET (default 64MiB): wall, peak RSS, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew"}
+SECTIONS=${1:-"oracle checkpoint tick budget skew ranks"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -28,11 +31,14 @@ Q="SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM 
 # No disorder or late rows: every event counts, so totals can be checked.
 demo() { echo "demo://orders?count=$1&keys=$2&rate=${3:-100000}&disorder=0&late=0${4:+&$4}"; }
 
-# run BIN OUT ARGS...: runs `BIN run Q ARGS...` with stdout to OUT; prints "seconds peak_rss_mb".
+# run BIN OUT ARGS...: runs `BIN run Q ARGS...` (QUERY_FILE's query if set) with stdout to OUT;
+# prints "seconds peak_rss_mb".
 run() {
   local bin=$1 out=$2
   shift 2
-  /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" run "$Q" -q "$@" > "$out"
+  local query=(run "$Q")
+  [[ -n ${QUERY_FILE:-} ]] && query=(run -f "$QUERY_FILE")
+  /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" "${query[@]}" -q "$@" > "$out"
   awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time"
 }
 builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
@@ -126,6 +132,23 @@ PY
       read -r slow _ < <(run "$bin" /dev/null --from "$(demo "$N" "$K" 100)")
       echo "| $build | ${fast}s | ${slow}s | $(echo "$slow / $fast" | bc -l | cut -c1-4)x |"
     done
+    ;;
+  ranks)
+    N=${RANK_EVENTS:-10000000}
+    B=${RANK_BUDGET:-64MiB}
+    echo "== Nexmark q18 (top-1 per bidder and auction), $N events, in memory against --state-memory $B"
+    echo "| run | wall | peak RSS |"
+    echo "|---|---|---|"
+    for build in $(builds); do
+      read -r s rss < <(QUERY_FILE=bench/nexmark/q18.sql run "$(bin_of "$build")" "$WORK/q18-$build.jsonl" \
+        --from "nexmark://bid?events=$N")
+      echo "| $build, no budget | ${s}s | ${rss} MB |"
+    done
+    read -r s rss < <(QUERY_FILE=bench/nexmark/q18.sql run "$UBIK" "$WORK/q18-spill.jsonl" \
+      --from "nexmark://bid?events=$N" --state-memory "$B")
+    echo "| after, --state-memory $B | ${s}s | ${rss} MB |"
+    cmp "$WORK/q18-after.jsonl" "$WORK/q18-spill.jsonl"
+    echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q18-spill.jsonl") records)"
     ;;
   budget)
     N=${BUDGET_EVENTS:-60000000}

@@ -87,6 +87,33 @@ fn spilling_state_killed_and_resumed() {
     assert!(runs > 0, "no state runs in {}", state.display());
 }
 
+/// A top-2 per merchant over more merchants than its budget holds: every
+/// key's top goes to the store's table `ranks` after each batch and is read
+/// back when the key comes again; kills anywhere resume with a
+/// byte-identical replay, and the ranks equal DataFusion's ROW_NUMBER.
+#[test]
+fn spilling_top_n_killed_and_resumed() {
+    const Q: &str = "SELECT merchant, amount, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 2";
+    let dir = tempfile::tempdir().unwrap();
+    let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir.path(), "orders.jsonl", 12);
+    let input = read_jsonl(&std::fs::read(&data).unwrap(), &orders_schema(SCHEMA));
+    let want = ubik_testkit::oracle(Q, &input, &[0, 2]);
+    let args = run_args(
+        Q,
+        &data,
+        &[
+            "--lateness",
+            "5s",
+            "--batch-size",
+            "2000",
+            "--state-memory",
+            "1MiB",
+        ],
+        10_000,
+    );
+    crash_rounds(dir.path(), args, &want, 6);
+}
+
 /// The arguments of `ubik run Q` over the file `data` with `extra` flags,
 /// and with a checkpoint directory, checkpointing every `every` records.
 fn run_args(

@@ -113,13 +113,19 @@ impl Query {
                 Arc::clone(&plan.output_schema),
                 plan.key_columns.clone(),
             )?)),
-            QueryKind::Rank(r) => Some(Box::new(RankOperator::new(
-                r,
-                &plan.options,
-                Arc::clone(&plan.input_schema),
-                Arc::clone(&plan.output_schema),
-                plan.key_columns.clone(),
-            )?)),
+            QueryKind::Rank(r) => {
+                let mut op = RankOperator::new(
+                    r,
+                    &plan.options,
+                    Arc::clone(&plan.input_schema),
+                    Arc::clone(&plan.output_schema),
+                    plan.key_columns.clone(),
+                )?;
+                if let Some(store) = store {
+                    op = op.with_store(store)?;
+                }
+                Some(Box::new(op))
+            }
         };
         let lateness = match &plan.kind {
             _ if plan.join.is_some() => plan.options.lateness_us.max(0),

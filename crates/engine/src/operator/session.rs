@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, UInt32Array,
 };
-use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
@@ -24,6 +24,7 @@ use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBat
 use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
+use crate::state::backing::key_column_fields;
 use crate::state::interner::Interner;
 use crate::state::{PendingRows, StateEntry};
 use crate::time::next_tick;
@@ -382,13 +383,7 @@ impl SessionOperator {
     }
 
     fn snapshot_schema(&self) -> Result<SchemaRef> {
-        let mut fields: Vec<FieldRef> = self
-            .groups
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(Field::new(format!("k{i}"), f.data_type().clone(), true)))
-            .collect();
+        let mut fields = key_column_fields(self.groups.fields());
         for (name, dt) in [("start", DataType::Int64), ("end", DataType::Int64)] {
             fields.push(Arc::new(Field::new(name, dt, false)));
         }

@@ -25,9 +25,8 @@ use arrow::array::{
 };
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, SortField};
-use ubik_state::TableId;
 
+use super::backing::{Backing, Dirty, key_column_fields};
 use super::interner::Interner;
 use super::store::SharedStore;
 use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
@@ -66,77 +65,6 @@ impl AggInputs {
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(AggInputs { args, filters })
-    }
-}
-
-/// A set of groups (changed since they were last emitted, or written).
-#[derive(Default)]
-struct Dirty {
-    flag: Vec<bool>,
-    list: Vec<usize>,
-}
-
-impl Dirty {
-    fn mark(&mut self, groups: &[usize]) {
-        for &g in groups {
-            if !self.flag[g] {
-                self.flag[g] = true;
-                self.list.push(g);
-            }
-        }
-    }
-
-    /// The groups in the set, and clears it.
-    fn take(&mut self) -> Vec<usize> {
-        for &g in &self.list {
-            self.flag[g] = false;
-        }
-        std::mem::take(&mut self.list)
-    }
-}
-
-/// The store table behind a keyed state, and what it needs per group.
-struct Backing {
-    store: SharedStore,
-    name: String,
-    /// Registered on first use (a temporary store is made on first use).
-    table: Option<TableId>,
-    /// [`KeyedState::snapshot_schema`]: the table's rows.
-    schema: SchemaRef,
-    /// Group keys to the store's keys (byte-comparable rows).
-    converter: RowConverter,
-    /// The store may hold groups that are not in memory (some were
-    /// evicted, or the state was restored from the store).
-    cold: bool,
-    /// Groups changed since they were last written to the store.
-    changed: Dirty,
-    /// Per group, the update it was last folded into (eviction order).
-    last_used: Vec<u32>,
-    clock: u32,
-}
-
-impl Backing {
-    /// The store's keys of `n` groups with key columns `keys`: their
-    /// byte-comparable rows (an empty key for a global aggregate's group).
-    fn store_keys(&self, keys: &[ArrayRef], n: usize) -> Result<arrow::array::BinaryArray> {
-        if keys.is_empty() {
-            return Ok(arrow::array::BinaryArray::from_iter_values(
-                std::iter::repeat_n(b"", n),
-            ));
-        }
-        Ok(self.converter.convert_columns(keys)?.try_into_binary()?)
-    }
-
-    fn table(&mut self) -> Result<TableId> {
-        if let Some(t) = self.table {
-            return Ok(t);
-        }
-        let (name, schema) = (&self.name, &self.schema);
-        let t = self
-            .store
-            .with(|s| Ok(s.table(name, Arc::clone(schema))?))?;
-        self.table = Some(t);
-        Ok(t)
     }
 }
 
@@ -188,28 +116,8 @@ impl KeyedState {
 
     /// Puts table `table` of `store` behind this (empty) state.
     pub fn with_store(mut self, store: SharedStore, table: &str) -> Result<Self> {
-        let converter = RowConverter::new(
-            self.interner
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
-        self.backing = Some(Backing {
-            store,
-            name: table.to_string(),
-            table: None,
-            schema: Self::snapshot_schema(self.interner.fields(), &self.specs)?,
-            converter,
-            cold: false,
-            changed: Dirty::default(),
-            last_used: Vec::new(),
-            clock: 0,
-        });
-        // A durable store is restored before any use: its tables must be known.
-        if let Some(b) = self.backing.as_mut().filter(|b| b.store.is_durable()) {
-            b.table()?;
-        }
+        let schema = Self::snapshot_schema(self.interner.fields(), &self.specs)?;
+        self.backing = Some(Backing::new(store, table, schema, self.interner.fields())?);
         Ok(self)
     }
 
@@ -306,8 +214,7 @@ impl KeyedState {
             d.flag.resize(total, false);
         }
         if let Some(b) = self.backing.as_mut() {
-            b.changed.flag.resize(total, false);
-            b.last_used.resize(total, 0);
+            b.grow(total);
         }
     }
 
@@ -315,10 +222,7 @@ impl KeyedState {
     fn load(&mut self, groups: Vec<usize>) -> Result<()> {
         let keys = self.interner.keys(&groups)?;
         let b = self.backing.as_mut().expect("loading needs a store");
-        let table = b.table()?;
-        let probes = b.store_keys(&keys, groups.len())?;
-        let probes: Vec<&[u8]> = probes.iter().map(|k| k.unwrap_or_default()).collect();
-        let found = b.store.with(|s| Ok(s.get(table, &probes)?))?;
+        let found = b.lookup(&keys, groups.len())?;
         if found.found.is_empty() {
             return Ok(());
         }
@@ -364,11 +268,7 @@ impl KeyedState {
             dirty.mark(groups);
         }
         if let Some(b) = self.backing.as_mut() {
-            b.changed.mark(groups);
-            b.clock = b.clock.wrapping_add(1).max(1);
-            for &g in groups {
-                b.last_used[g] = b.clock;
-            }
+            b.touch(groups);
         }
     }
 
@@ -456,24 +356,13 @@ impl KeyedState {
             + self.accs.iter().map(|a| a.size()).sum::<usize>()
             + self.visible.capacity()
             + self.max_time.as_ref().map_or(0, |t| t.capacity() * 8)
-            + self
-                .dirty
-                .as_ref()
-                .map_or(0, |d| d.flag.capacity() + d.list.capacity() * 8)
-            + self.backing.as_ref().map_or(0, |b| {
-                b.changed.flag.capacity()
-                    + b.changed.list.capacity() * 8
-                    + b.last_used.capacity() * 4
-            })
+            + self.dirty.as_ref().map_or(0, Dirty::size)
+            + self.backing.as_ref().map_or(0, Backing::size)
     }
 
     /// The schema of [`Self::snapshot`]: keys, accumulator states, bookkeeping.
     pub fn snapshot_schema(key_fields: &[FieldRef], specs: &[AggregateSpec]) -> Result<SchemaRef> {
-        let mut fields: Vec<FieldRef> = key_fields
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(Field::new(format!("k{i}"), f.data_type().clone(), true)))
-            .collect();
+        let mut fields = key_column_fields(key_fields);
         for (j, spec) in specs.iter().enumerate() {
             for f in state_fields(spec)? {
                 fields.push(Arc::new(Field::new(
@@ -506,14 +395,10 @@ impl KeyedState {
         // they were written, and the changed ones written now.
         self.persist()?;
         let b = self.backing.as_mut().expect("cold state has a store");
-        let table = b.table()?;
         let schema = Arc::clone(&b.schema);
         let mut parts = Vec::new();
-        b.store.with(|s| {
-            let mut scan = s.scan(table)?;
-            while let Some((_, rows)) = scan.next_batch()? {
-                parts.push(rows);
-            }
+        b.scan(|rows| {
+            parts.push(rows);
             Ok(())
         })?;
         Ok(arrow::compute::concat_batches(&schema, &parts)?)
@@ -589,8 +474,7 @@ impl KeyedState {
     /// be in it.
     pub fn store_restored(&mut self) -> Result<()> {
         if let Some(b) = self.backing.as_mut() {
-            let table = b.table()?;
-            b.cold = b.store.with(|s| Ok(s.has_rows(table)))?;
+            b.restored()?;
         }
         Ok(())
     }
@@ -613,9 +497,7 @@ impl KeyedState {
         let rows = self.snapshot_of(groups)?;
         let k = self.interner.fields().len();
         let b = self.backing.as_mut().expect("writing needs a store");
-        let table = b.table()?;
-        let keys = b.store_keys(&rows.columns()[..k], rows.num_rows())?;
-        b.store.with(|s| Ok(s.write(table, &keys, &rows, None)?))
+        b.write(&rows, k)
     }
 
     /// Moves the least recently used groups to the store until about
@@ -633,29 +515,12 @@ impl KeyedState {
             ));
         }
         let keep = ((n as f64) * (target as f64 / size as f64)) as usize;
-        let b = self.backing.as_mut().expect("checked");
-        // Groups used after the (n - keep)-th least recent use stay.
-        let mut uses = b.last_used.clone();
-        let cut = n - keep.min(n - 1) - 1;
-        let threshold = *uses.select_nth_unstable(cut).1;
-        let (mut survivors, mut victims) = (Vec::with_capacity(keep), Vec::new());
-        for (g, &used) in b.last_used.iter().enumerate() {
-            if used > threshold {
-                survivors.push(g);
-            } else {
-                victims.push(g);
-            }
-        }
-        let written: Vec<usize> = victims
-            .iter()
-            .copied()
-            .filter(|&g| b.changed.flag[g])
-            .collect();
-        let bytes_written = self.write_groups(&written)?;
-        self.rebuild(&survivors)?;
+        let e = self.backing.as_ref().expect("checked").eviction(keep);
+        let bytes_written = self.write_groups(&e.written)?;
+        self.rebuild(&e.survivors)?;
         Ok(Evicted {
-            groups: victims.len(),
-            written: written.len(),
+            groups: e.victims,
+            written: e.written.len(),
             bytes_written,
         })
     }
@@ -706,20 +571,15 @@ impl KeyedState {
         let Some(b) = self.backing.as_mut().filter(|b| b.cold) else {
             return Ok(());
         };
-        let table = b.table()?;
         let k = self.interner.fields().len();
         let time_col = b.schema.fields().len() - 1;
         let mut expired: Vec<RecordBatch> = Vec::new();
-        b.store.with(|s| {
-            let mut scan = s.scan(table)?;
-            while let Some((_, rows)) = scan.next_batch()? {
-                let times = rows.column(time_col).as_primitive::<Int64Type>();
-                let keep = BooleanArray::from_iter(
-                    times.iter().map(|t| Some(t.is_some_and(|t| t <= cutoff))),
-                );
-                if keep.true_count() > 0 {
-                    expired.push(arrow::compute::filter_record_batch(&rows, &keep)?);
-                }
+        b.scan(|rows| {
+            let times = rows.column(time_col).as_primitive::<Int64Type>();
+            let keep =
+                BooleanArray::from_iter(times.iter().map(|t| Some(t.is_some_and(|t| t <= cutoff))));
+            if keep.true_count() > 0 {
+                expired.push(arrow::compute::filter_record_batch(&rows, &keep)?);
             }
             Ok(())
         })?;
@@ -752,22 +612,15 @@ impl KeyedState {
         }
         self.interner = interner;
         self.accs = accs;
-        let pick = |v: &[bool]| survivors.iter().map(|&g| v[g]).collect::<Vec<_>>();
-        self.visible = pick(&self.visible);
+        self.visible = survivors.iter().map(|&g| self.visible[g]).collect();
         if let Some(t) = self.max_time.as_mut() {
             *t = survivors.iter().map(|&g| t[g]).collect();
         }
         if let Some(d) = self.dirty.as_mut() {
-            let dirty = pick(&d.flag);
-            d.list = (0..survivors.len()).filter(|&i| dirty[i]).collect();
-            d.flag = dirty;
+            d.keep(survivors);
         }
         if let Some(b) = self.backing.as_mut() {
-            let changed = pick(&b.changed.flag);
-            b.changed.list = (0..survivors.len()).filter(|&i| changed[i]).collect();
-            b.changed.flag = changed;
-            b.last_used = survivors.iter().map(|&g| b.last_used[g]).collect();
-            b.cold = true;
+            b.keep(survivors);
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! ([`StateEntry`]), and the store that cold state and checkpoints'
 //! changes go to ([`SharedStore`]).
 
+pub(crate) mod backing;
 pub mod entry;
 pub mod interner;
 pub mod keyed;
