@@ -51,24 +51,7 @@ fn spilling_state_killed_and_resumed() {
     const Q: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
     const ORACLE: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
     let dir = tempfile::tempdir().unwrap();
-    // 30 000 keys hold several MiB of state, far more than the 1 MiB budget.
-    let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir.path(), "orders.jsonl", 11);
-    let input = read_jsonl(&std::fs::read(&data).unwrap(), &orders_schema(SCHEMA));
-    let want = ubik_testkit::oracle(ORACLE, &input, &[0]);
-    let args = run_args(
-        Q,
-        &data,
-        &[
-            "--lateness",
-            "5s",
-            "--batch-size",
-            "2000",
-            "--state-memory",
-            "1MiB",
-        ],
-        10_000,
-    );
-    crash_rounds(dir.path(), args, &want, 6);
+    crash_spilling(dir.path(), Q, ORACLE, &[0], 11);
     // The last round's store holds runs, and only those its checkpoints name.
     let state = std::fs::read_dir(dir.path())
         .unwrap()
@@ -95,11 +78,17 @@ fn spilling_state_killed_and_resumed() {
 fn spilling_top_n_killed_and_resumed() {
     const Q: &str = "SELECT merchant, amount, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 2";
     let dir = tempfile::tempdir().unwrap();
-    let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir.path(), "orders.jsonl", 12);
+    crash_spilling(dir.path(), Q, Q, &[0, 2], 12);
+}
+
+/// Crash rounds of `q` over 30 000 merchants (several MiB of state, far
+/// more than the 1 MiB budget), against `oracle` keyed by `key_columns`.
+fn crash_spilling(dir: &std::path::Path, q: &str, oracle: &str, key_columns: &[usize], seed: u64) {
+    let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir, "orders.jsonl", seed);
     let input = read_jsonl(&std::fs::read(&data).unwrap(), &orders_schema(SCHEMA));
-    let want = ubik_testkit::oracle(Q, &input, &[0, 2]);
+    let want = ubik_testkit::oracle(oracle, &input, key_columns);
     let args = run_args(
-        Q,
+        q,
         &data,
         &[
             "--lateness",
@@ -111,7 +100,7 @@ fn spilling_top_n_killed_and_resumed() {
         ],
         10_000,
     );
-    crash_rounds(dir.path(), args, &want, 6);
+    crash_rounds(dir, args, &want, 6);
 }
 
 /// The arguments of `ubik run Q` over the file `data` with `extra` flags,

@@ -348,9 +348,15 @@ fn events(n: usize, keys: u64, disorder_ms: u64, seed: u64) -> Vec<String> {
 }
 
 fn ubik_run(input: &str, output: &str, extra: &[&str]) -> std::process::Command {
+    ubik_run_query(Q, input, output, extra)
+}
+
+/// `ubik run` of `query` (its table `{T}`) from `input` to `output`, with
+/// the tests' schema, lateness and batch size, and `extra` flags.
+fn ubik_run_query(query: &str, input: &str, output: &str, extra: &[&str]) -> std::process::Command {
     let mut c = ubik();
     c.arg("run")
-        .arg(Q.replace("{T}", input))
+        .arg(query.replace("{T}", input))
         .args([
             "--from",
             &format!("kafka://{}/{input}?end=latest", broker()),
@@ -1430,28 +1436,12 @@ fn a_group_task_restores_its_state_from_incremental_checkpoints_in_kafka() {
         .collect();
     produce(&input, &lines);
     let run = |output: &str, extra: &[&str]| {
-        let mut c = ubik();
-        c.arg("run")
-            .arg(CONTINUOUS.replace("{T}", &input))
-            .args([
-                "--from",
-                &format!("kafka://{}/{input}?end=latest", broker()),
-            ])
-            .args([
-                "--to",
-                &format!("kafka://{}/{output}?partitions=3", broker()),
-            ])
-            .args([
-                "--schema",
-                SCHEMA,
-                "--lateness",
-                "5s",
-                "--batch-size",
-                "400",
-            ])
-            .args(["--state-memory", "1MiB", "-q"])
-            .args(extra);
-        c
+        ubik_run_query(
+            CONTINUOUS,
+            &input,
+            output,
+            &[&["--state-memory", "1MiB"], extra].concat(),
+        )
     };
     let reference_out = changelog_topic(unique("delta-ref"), 3);
     let o = run(&reference_out, &[]).output().unwrap();

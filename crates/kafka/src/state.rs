@@ -169,24 +169,23 @@ impl StateTopic {
             |e: std::io::Error| Error::Io(format!("reading {}: {e}", file.path.display()));
         let mut f = std::fs::File::open(&file.path).map_err(unreadable)?;
         let prefix = format!("{}/{}/run/{}", self.task, self.writer, file.name);
-        let mut piece = vec![0; CHUNK];
+        let mut piece = Vec::with_capacity(CHUNK);
         let (mut len, mut keys) = (0, Vec::new());
         loop {
-            let mut filled = 0;
-            while filled < CHUNK {
-                match f.read(&mut piece[filled..]).map_err(unreadable)? {
-                    0 => break,
-                    n => filled += n,
-                }
-            }
-            if filled == 0 && !keys.is_empty() {
+            piece.clear();
+            (&mut f)
+                .take(CHUNK as u64)
+                .read_to_end(&mut piece)
+                .map_err(unreadable)?;
+            // An empty file is one empty chunk, as an empty own file is.
+            if piece.is_empty() && !keys.is_empty() {
                 break;
             }
             let key = format!("{prefix}/{}", keys.len());
-            self.put(&key, Some(&piece[..filled]))?;
+            self.put(&key, Some(&piece))?;
             keys.push(key);
-            len += filled as u64;
-            if filled < CHUNK {
+            len += piece.len() as u64;
+            if piece.len() < CHUNK {
                 break;
             }
         }
