@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -21,9 +21,15 @@
 # ranks       Nexmark q18 (the latest bid per bidder and auction: a top-1 whose state grows with
 #             every pair seen) over RANK_EVENTS (default 10 M) bids, in memory against
 #             --state-memory RANK_BUDGET (default 64MiB): wall, peak RSS, the same changelog bytes
+# windows     10-minute HOP windows sliding by a minute (ten open windows per key) over
+#             WINDOW_EVENTS (default 10 M) events, WINDOW_KEYS (default 2 M) keys, 10 000 events
+#             per second of event time: wall and peak RSS in memory against --state-memory
+#             WINDOW_BUDGET (default 512MiB), the same changelog bytes; then one 1-hour window
+#             over CKPT_WINDOW_KEYS (default 1 M) keys, checkpointed every 5% of the keys' worth
+#             of events: bytes and ms per checkpoint against the build before
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew ranks"}
+SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -177,6 +183,52 @@ PY
       read -r tight rss < <(run "$UBIK" /dev/null --from "$(demo "$N" "$K" 100000 "skew=$skew")" --state-memory "$B")
       echo "| skew=$skew | ${free}s | ${tight}s | $(echo "$tight / $free" | bc -l | cut -c1-4)x | ${rss} MB |"
     done
+    ;;
+  windows)
+    N=${WINDOW_EVENTS:-10000000}
+    K=${WINDOW_KEYS:-2000000}
+    B=${WINDOW_BUDGET:-512MiB}
+    HOP="HOP(ts, INTERVAL '1 MINUTE', INTERVAL '10 MINUTES')"
+    echo "SELECT merchant, $HOP AS w, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant, $HOP" > "$WORK/hop.sql"
+    echo "== HOP windows (10 open per key): $N events, $K keys, 10 000 events per second of event time"
+    echo "| run | wall | peak RSS |"
+    echo "|---|---|---|"
+    for build in $(builds); do
+      read -r s rss < <(QUERY_FILE=$WORK/hop.sql run "$(bin_of "$build")" "$WORK/hop-$build.jsonl" --from "$(demo "$N" "$K" 10000)")
+      echo "| $build, no budget | ${s}s | ${rss} MB |"
+    done
+    read -r s rss < <(QUERY_FILE=$WORK/hop.sql run "$UBIK" "$WORK/hop-spill.jsonl" --from "$(demo "$N" "$K" 10000)" --state-memory "$B")
+    echo "| after, --state-memory $B | ${s}s | ${rss} MB |"
+    cmp "$WORK/hop-after.jsonl" "$WORK/hop-spill.jsonl"
+    [[ -z ${BEFORE:-} ]] || cmp "$WORK/hop-before.jsonl" "$WORK/hop-after.jsonl"
+    echo "the changelogs are equal, byte for byte ($(wc -l < "$WORK/hop-spill.jsonl") records)"
+
+    # One 1-hour window over CKPT_WINDOW_KEYS keys (3 events per key, all in the hour),
+    # a checkpoint every 5% of the keys' worth of events: each touches at most 5% of the groups.
+    K=${CKPT_WINDOW_KEYS:-1000000}
+    N=$((3 * K))
+    STEP=$((K / 20))
+    TUMBLE="TUMBLE(ts, INTERVAL '1 HOUR')"
+    echo "SELECT merchant, $TUMBLE AS w, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant, $TUMBLE" > "$WORK/tumble.sql"
+    echo "== one 1-hour window, $K keys, $N events, a checkpoint every $STEP events"
+    echo "| build | written per checkpoint (median) | ms per checkpoint (median) | wall |"
+    echo "|---|---|---|---|"
+    for build in $(builds); do
+      rm -rf "$WORK/wck"
+      read -r s _ < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=$WORK/tumble.sql run "$(bin_of "$build")" "$WORK/tumble-$build.jsonl" \
+        --from "$(demo "$N" "$K" $((N / 3000)))" --checkpoint "$WORK/wck" --checkpoint-every "$STEP" \
+        --batch-size "$STEP" --checkpoint-interval 1h 2> "$WORK/wck.log")
+      "$PY" - "$WORK/wck.log" "$build" "$s" <<'PY'
+import re, statistics, sys
+fields = [dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", l)))
+          for l in open(sys.argv[1]) if "checkpoint written" in l]
+# Builds before the state store log only the checkpoint's bytes (the whole state).
+written = statistics.median(int(f.get("written", f["bytes"])) for f in fields)
+ms = statistics.median(float(f["ms"]) for f in fields)
+print(f"| {sys.argv[2]} | {written / 1e6:.1f} MB | {ms:.0f} | {sys.argv[3]}s |")
+PY
+    done
+    [[ -z ${BEFORE:-} ]] || cmp "$WORK/tumble-before.jsonl" "$WORK/tumble-after.jsonl"
     ;;
   *) echo "unknown section $section" >&2; exit 2 ;;
   esac

@@ -51,7 +51,7 @@ fn spilling_state_killed_and_resumed() {
     const Q: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
     const ORACLE: &str = "SELECT merchant, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant";
     let dir = tempfile::tempdir().unwrap();
-    crash_spilling(dir.path(), Q, ORACLE, &[0], 11);
+    crash_spilling(dir.path(), Q, ORACLE, &[0], 11, &[]);
     // The last round's store holds runs, and only those its checkpoints name.
     let state = std::fs::read_dir(dir.path())
         .unwrap()
@@ -78,29 +78,58 @@ fn spilling_state_killed_and_resumed() {
 fn spilling_top_n_killed_and_resumed() {
     const Q: &str = "SELECT merchant, amount, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 2";
     let dir = tempfile::tempdir().unwrap();
-    crash_spilling(dir.path(), Q, Q, &[0, 2], 12);
+    crash_spilling(dir.path(), Q, Q, &[0, 2], 12, &[]);
+}
+
+/// 5-minute windows over more merchants than the budget holds, with late
+/// rows (1 s watermark delay, 3 s disorder) kept for a minute: the open
+/// windows' groups and the closed windows (updated by late rows) go to
+/// their store tables after every batch, a closing window is read back
+/// whole, and kills anywhere resume with a byte-identical replay.
+#[test]
+fn spilling_windows_killed_and_resumed() {
+    const Q: &str = "SELECT merchant, TUMBLE(ts, INTERVAL '5 MINUTES') AS w, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '5 MINUTES')";
+    const ORACLE: &str = "SELECT merchant, date_bin(INTERVAL '5 minutes', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY 1, 2";
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--lateness", "1s", "--retention", "1m"];
+    let args = crash_spilling(dir.path(), Q, ORACLE, &[0, 1], 13, &flags);
+    // The windows did go to the store.
+    let spilled = ubik()
+        .arg("run")
+        .args(args)
+        .env("UBIK_LOG", "ubik_state=debug")
+        .output()
+        .unwrap();
+    let log = stderr(&spilled);
+    assert!(
+        log.contains("table=window/"),
+        "no window state was written: {log}"
+    );
 }
 
 /// Crash rounds of `q` over 30 000 merchants (several MiB of state, far
-/// more than the 1 MiB budget), against `oracle` keyed by `key_columns`.
-fn crash_spilling(dir: &std::path::Path, q: &str, oracle: &str, key_columns: &[usize], seed: u64) {
+/// more than the 1 MiB budget), against `oracle` keyed by `key_columns`;
+/// `extra` flags are added (`--lateness 5s` unless they set it). Returns
+/// the arguments of the run without checkpoints.
+fn crash_spilling(
+    dir: &std::path::Path,
+    q: &str,
+    oracle: &str,
+    key_columns: &[usize],
+    seed: u64,
+    extra: &[&str],
+) -> Vec<String> {
     let data = Orders::new(120_000, 30_000, 10, 3_000).write(dir, "orders.jsonl", seed);
     let input = read_jsonl(&std::fs::read(&data).unwrap(), &orders_schema(SCHEMA));
     let want = ubik_testkit::oracle(oracle, &input, key_columns);
-    let args = run_args(
-        q,
-        &data,
-        &[
-            "--lateness",
-            "5s",
-            "--batch-size",
-            "2000",
-            "--state-memory",
-            "1MiB",
-        ],
-        10_000,
-    );
-    crash_rounds(dir, args, &want, 6);
+    let mut flags = vec!["--batch-size", "2000", "--state-memory", "1MiB"];
+    if !extra.contains(&"--lateness") {
+        flags.extend(["--lateness", "5s"]);
+    }
+    flags.extend(extra);
+    let args = run_args(q, &data, &flags, 10_000);
+    crash_rounds(dir, &args, &want, 6);
+    args(None)
 }
 
 /// The arguments of `ubik run Q` over the file `data` with `extra` flags,

@@ -81,9 +81,9 @@ impl Query {
                     Emitter::new(a, Arc::clone(&plan.output_schema), plan.key_columns.clone());
                 let schema = Arc::clone(&plan.input_schema);
                 Some(match a.window {
-                    Some(WindowSpec::Tumble { .. }) | Some(WindowSpec::Hop { .. }) => {
-                        Box::new(WindowOperator::new(a, &plan.options, emitter, schema)?)
-                    }
+                    Some(WindowSpec::Tumble { .. }) | Some(WindowSpec::Hop { .. }) => Box::new(
+                        WindowOperator::new(a, &plan.options, emitter, schema, store)?,
+                    ),
                     Some(WindowSpec::Session { .. }) => {
                         Box::new(SessionOperator::new(a, &plan.options, emitter, schema)?)
                     }

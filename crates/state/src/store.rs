@@ -10,6 +10,12 @@
 //! runs of earlier checkpoints. [`StateStore::retain`] deletes the files no
 //! kept checkpoint and no current table refers to.
 //!
+//! Tables are declared by name before a restore, or as a family
+//! ([`StateStore::table_family`]: every table named `prefix…`, e.g. one per
+//! window) for operators that create their tables as they go.
+//! [`StateStore::drop_table`] forgets a table whose state is gone; its files
+//! leave with the checkpoints that name them.
+//!
 //! Crash safety: a run is only named in a manifest after its files and
 //! the directory are synced, and nothing is ever written into a file a
 //! manifest names; files written after the last checkpoint (a spill, a
@@ -100,6 +106,10 @@ pub struct StateStore {
     _temporary: Option<tempfile::TempDir>,
     tables: Vec<Table>,
     by_name: HashMap<String, usize>,
+    /// Slots of dropped tables, reused by the next new table.
+    free: Vec<usize>,
+    /// Name prefixes of tables created as they are needed, and their columns.
+    families: Vec<(String, SchemaRef)>,
     cache: BlockCache,
     next_run_id: u64,
     /// Run names are this prefix, then a counter: unique per opening.
@@ -195,6 +205,8 @@ impl StateStore {
             _temporary: None,
             tables: Vec::new(),
             by_name: HashMap::new(),
+            free: Vec::new(),
+            families: Vec::new(),
             cache: BlockCache::new(options.cache_bytes),
             next_run_id: 0,
             prefix: unique_prefix(),
@@ -244,14 +256,73 @@ impl StateStore {
                 f.name()
             )));
         }
-        self.tables.push(Table {
+        let table = Table {
             name: name.to_string(),
             values,
             runs: Vec::new(),
             expiry: None,
-        });
-        self.by_name.insert(name.to_string(), self.tables.len() - 1);
-        Ok(TableId(self.tables.len() - 1))
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.tables[i] = table;
+                i
+            }
+            None => {
+                self.tables.push(table);
+                self.tables.len() - 1
+            }
+        };
+        self.by_name.insert(name.to_string(), i);
+        Ok(TableId(i))
+    }
+
+    /// Declares that every table named `prefix…` has value columns
+    /// `values`: an operator that creates its tables as it goes (one per
+    /// window) declares the family before a restore, so the checkpoint's
+    /// tables of the family are restored, and claims each by name later.
+    pub fn table_family(&mut self, prefix: &str, values: SchemaRef) -> Result<()> {
+        match self.families.iter().find(|(p, _)| p == prefix) {
+            Some((_, v)) if v.fields() != values.fields() => Err(StateError::Missing(format!(
+                "table family {prefix:?} is declared twice with different columns"
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                self.families.push((prefix.to_string(), values));
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets `table` and its rows (a closed window's state). Its runs
+    /// leave the current state: the next checkpoint no longer names them,
+    /// and [`Self::retain`] deletes their files once no kept checkpoint
+    /// does (a temporary store deletes them now). `table` is not used again.
+    pub fn drop_table(&mut self, table: TableId) -> Result<()> {
+        let t = &mut self.tables[table.0];
+        self.by_name.remove(&t.name);
+        t.name.clear();
+        t.expiry = None;
+        let runs = std::mem::take(&mut t.runs);
+        for r in &runs {
+            self.cache.forget_run(r.id);
+        }
+        self.unsynced
+            .retain(|f| runs.iter().all(|r| r.name != f.name));
+        if self._temporary.is_some() {
+            for r in &runs {
+                self.delete_run_files(&r.name);
+            }
+        }
+        self.free.push(table.0);
+        Ok(())
+    }
+
+    fn delete_run_files(&mut self, run: &str) {
+        for f in crate::run::file_names(run) {
+            if std::fs::remove_file(self.dir.join(f)).is_ok() {
+                self.stats.files_deleted += 1;
+            }
+        }
     }
 
     /// Makes the runs `manifest` names the tables' contents (every table it
@@ -264,11 +335,22 @@ impl StateStore {
             }
         }
         for (name, runs) in &manifest.tables {
-            let &i = self.by_name.get(name).ok_or_else(|| {
-                StateError::Missing(format!(
-                    "the checkpoint holds state table {name:?}, which this query does not have"
-                ))
-            })?;
+            let i = match self.by_name.get(name) {
+                Some(&i) => i,
+                None => {
+                    let values = self
+                        .families
+                        .iter()
+                        .find(|(prefix, _)| name.starts_with(prefix.as_str()))
+                        .map(|(_, v)| Arc::clone(v))
+                        .ok_or_else(|| {
+                            StateError::Missing(format!(
+                                "the checkpoint holds state table {name:?}, which this query does not have"
+                            ))
+                        })?;
+                    self.table(name, values)?.0
+                }
+            };
             let mut opened = Vec::with_capacity(runs.len());
             for run in runs {
                 let id = self.next_run_id;
@@ -551,11 +633,14 @@ impl StateStore {
 
     fn install(&mut self, done: compact::Done) -> Result<()> {
         let table = &self.tables[done.table];
-        let at = table
-            .runs
-            .iter()
-            .position(|r| r.name == done.inputs[0])
-            .ok_or_else(|| StateError::Missing("a compacted run left its table".into()))?;
+        let Some(at) = table.runs.iter().position(|r| r.name == done.inputs[0]) else {
+            // The table was dropped while its runs were merged: the merged
+            // run is not needed (no manifest names it; retain deletes it).
+            if let (Some(file), true) = (done.output, self._temporary.is_some()) {
+                self.delete_run_files(&file.name);
+            }
+            return Ok(());
+        };
         let span = at..at + done.inputs.len();
         let names: Vec<&str> = table.runs[span.clone()]
             .iter()
@@ -585,10 +670,7 @@ impl StateStore {
             if self._temporary.is_some() {
                 // No checkpoint refers to a temporary store's runs: what a
                 // compaction replaced goes now, not at the next retain.
-                for f in crate::run::file_names(&r.name) {
-                    let _ = std::fs::remove_file(self.dir.join(f));
-                }
-                self.stats.files_deleted += 2;
+                self.delete_run_files(&r.name);
             }
         }
         Ok(())
@@ -933,5 +1015,88 @@ mod tests {
             StateStore::open(tempfile::tempdir().unwrap().path(), StoreOptions::default()).unwrap();
         let e = store2.restore(&m).unwrap_err().to_string();
         assert!(e.contains("\"t\""), "{e}");
+    }
+
+    fn run_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".arrow"))
+            .count()
+    }
+
+    #[test]
+    fn family_tables_restore_by_prefix_and_dropped_tables_leave_with_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            cache_bytes: 1 << 16,
+            compaction: true,
+        };
+        let mut store = StateStore::open(dir.path(), options.clone()).unwrap();
+        store.table_family("window/", schema()).unwrap();
+        let (a, b) = (
+            store.table("window/1", schema()).unwrap(),
+            store.table("window/2", schema()).unwrap(),
+        );
+        let (mut model_a, mut model_b) = (Model::new(), Model::new());
+        let mut rng = Rng(11);
+        for _ in 0..6 {
+            write_random(&mut store, a, &mut model_a, &mut rng, 200, 300);
+            write_random(&mut store, b, &mut model_b, &mut rng, 200, 300);
+        }
+        let first = store.checkpoint().unwrap();
+        store.drop_table(a).unwrap();
+        // The slot is reused by the next table: ids of dropped tables are dead.
+        let c = store.table("window/3", schema()).unwrap();
+        assert_eq!(c, a);
+        assert!(!store.has_rows(c));
+        write_random(&mut store, c, &mut Model::new(), &mut rng, 50, 300);
+        store.poll_compaction(true).unwrap();
+        let second = store.checkpoint().unwrap();
+        assert!(!second.tables.contains_key("window/1"), "{second:?}");
+        assert!(second.tables.contains_key("window/2") && second.tables.contains_key("window/3"));
+        // The first checkpoint is still kept: its runs stay until unpinned.
+        let pinned: BTreeSet<String> = first
+            .runs()
+            .chain(second.runs())
+            .map(String::from)
+            .collect();
+        store.retain(&pinned).unwrap();
+        for run in first.runs() {
+            assert!(
+                dir.path().join(format!("{run}.arrow")).exists(),
+                "{run} was deleted"
+            );
+        }
+        store
+            .retain(&second.runs().map(String::from).collect())
+            .unwrap();
+        assert_eq!(run_files(dir.path()), second.runs().count());
+        drop(store);
+
+        // Restore: the family's tables come back by name, claimed later.
+        let mut store = StateStore::open(dir.path(), options.clone()).unwrap();
+        store.table_family("window/", schema()).unwrap();
+        store.restore(&second).unwrap();
+        let b = store.table("window/2", schema()).unwrap();
+        check_scan(&mut store, b, &model_b);
+        // A table outside every family is still refused.
+        let mut other =
+            StateStore::open(tempfile::tempdir().unwrap().path(), options.clone()).unwrap();
+        other.table_family("session/", schema()).unwrap();
+        let e = other.restore(&second).unwrap_err().to_string();
+        assert!(e.contains("window/"), "{e}");
+
+        // A temporary store deletes a dropped table's files at once.
+        let parent = tempfile::tempdir().unwrap();
+        let mut temp = StateStore::temporary(Some(parent.path()), options).unwrap();
+        let t = temp.table("window/9", schema()).unwrap();
+        for _ in 0..5 {
+            write_random(&mut temp, t, &mut Model::new(), &mut rng, 100, 300);
+        }
+        assert!(run_files(temp.dir()) > 0);
+        temp.drop_table(t).unwrap();
+        temp.poll_compaction(true).unwrap();
+        assert_eq!(run_files(temp.dir()), 0);
     }
 }

@@ -94,6 +94,7 @@ impl JoinNode {
                         &options,
                         emitter,
                         Arc::clone(&input.schema),
+                        None,
                     )?))
                 }
                 SideInput::Join { plan: inner, .. } => {

@@ -2,6 +2,15 @@
 //! first row, emitted when the watermark passes its end, then kept for the
 //! retention bound so late rows can update it.
 //!
+//! With a state store, each window's state has a table of its own
+//! (`window/<start>`): under the memory budget the closed windows (touched
+//! only by late rows) are evicted first, then the open windows' least
+//! recently used groups. A window that closes is read back whole (its
+//! groups are emitted together, in key order), and its table is dropped
+//! once the window is gone. With a durable store, a checkpoint writes a
+//! window's changed groups to its table once the window is in the store
+//! or large; small windows are written whole into the checkpoint.
+//!
 //! Determinism: a row is on time for a window when its stamp (its
 //! partition's watermark before it) is before the window's end. The global
 //! watermark is the minimum over partitions, so once it passes a window's
@@ -23,7 +32,8 @@ use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBat
 use crate::accumulate::is_order_independent;
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
-use crate::state::{KeyedState, PendingPart, PendingRows, StateEntry};
+use crate::state::keyed::Evicted;
+use crate::state::{KeyedState, PendingPart, PendingRows, SharedStore, StateEntry};
 use crate::time::{floor_to, next_tick};
 
 /// Window geometry and lateness policy: what classifying a row needs.
@@ -48,15 +58,31 @@ impl Grid {
     }
 }
 
+/// Prefix of the store tables of windows' states.
+const TABLE_FAMILY: &str = "window/";
+
+/// Above this size a window's state goes to the durable store at a
+/// checkpoint (its changes from then on) rather than whole into it.
+const INLINE_STATE_LIMIT: usize = 4 << 20;
+
 /// Creates the empty state of one window.
 struct StateFactory {
     key_fields: Vec<FieldRef>,
     specs: Vec<AggregateSpec>,
+    store: Option<SharedStore>,
 }
 
 impl StateFactory {
-    fn create(&self) -> Result<KeyedState> {
-        KeyedState::new(&self.key_fields, &self.specs, false, false)
+    /// The state of the window starting at `start`: with the store behind
+    /// it when there is one, unless it is a thread's partial state (`None`).
+    fn create(&self, start: Option<i64>) -> Result<KeyedState> {
+        let state = KeyedState::new(&self.key_fields, &self.specs, false, false)?;
+        match (&self.store, start) {
+            (Some(store), Some(start)) => {
+                state.with_store(store.clone(), &format!("{TABLE_FAMILY}{start}"))
+            }
+            _ => Ok(state),
+        }
     }
 }
 
@@ -81,6 +107,8 @@ pub struct WindowOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     factory: StateFactory,
+    /// Checkpoints may keep windows' groups in the store.
+    store_durable: bool,
     open: BTreeMap<i64, KeyedState>,
     /// Per extra thread: partial states of open windows, folded from part of
     /// large batches and merged into `open` before a window is read.
@@ -98,6 +126,7 @@ fn fold_rows(
     eval: &AggEvaluator,
     factory: &StateFactory,
     open: &mut BTreeMap<i64, KeyedState>,
+    backed: bool,
     rows: &Rows<'_>,
 ) -> Result<(Vec<Reject>, LateRows)> {
     let n = rows.batch.num_rows();
@@ -153,7 +182,9 @@ fn fold_rows(
         for (start, members) in on_time {
             let state = match open.entry(start) {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => e.insert(factory.create()?),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(factory.create(backed.then_some(start))?)
+                }
             };
             if members.len() == n {
                 // Every row of the batch, in order: no copy.
@@ -174,12 +205,18 @@ impl WindowOperator {
         options: &QueryOptions,
         emitter: Emitter,
         source_schema: SchemaRef,
+        store: Option<&SharedStore>,
     ) -> Result<Self> {
         let (size, slide) = match plan.window {
             Some(WindowSpec::Tumble { size }) => (size, size),
             Some(WindowSpec::Hop { slide, size }) => (size, slide),
             _ => return Err(EngineError::internal("window operator without TUMBLE/HOP")),
         };
+        if let Some(store) = store.filter(|s| s.is_durable()) {
+            // Declared before a restore, which brings the windows' tables back.
+            let values = KeyedState::snapshot_schema(&plan.group_fields, &plan.aggregates)?;
+            store.with(|s| Ok(s.table_family(TABLE_FAMILY, values)?))?;
+        }
         // Parallel folding needs partial states that merge exactly.
         let threads = if plan.aggregates.iter().all(is_order_independent) {
             options.resolved_threads()
@@ -198,7 +235,9 @@ impl WindowOperator {
             factory: StateFactory {
                 key_fields: plan.group_fields.clone(),
                 specs: plan.aggregates.clone(),
+                store: store.cloned(),
             },
+            store_durable: store.is_some_and(SharedStore::is_durable),
             open: BTreeMap::new(),
             partials: (1..threads.max(1)).map(|_| BTreeMap::new()).collect(),
             closed: BTreeMap::new(),
@@ -206,8 +245,8 @@ impl WindowOperator {
         })
     }
 
-    fn new_state(&self) -> Result<KeyedState> {
-        self.factory.create()
+    fn new_state(&self, start: i64) -> Result<KeyedState> {
+        self.factory.create(Some(start))
     }
 
     /// Merges the partial states of open windows starting before `until` into `open`.
@@ -258,11 +297,11 @@ impl WindowOperator {
                 .enumerate()
                 .map(|(w, partial)| {
                     let rows = rows_of(w + 1);
-                    scope.spawn(move || fold_rows(grid, eval, factory, partial, &rows))
+                    scope.spawn(move || fold_rows(grid, eval, factory, partial, false, &rows))
                 })
                 .collect();
             let mut results = Vec::with_capacity(parts);
-            let (rejects, late) = fold_rows(grid, eval, factory, open, &rows_of(0))?;
+            let (rejects, late) = fold_rows(grid, eval, factory, open, true, &rows_of(0))?;
             results.push((0, rejects, late));
             for (w, worker) in workers.into_iter().enumerate() {
                 let (rejects, late) = worker
@@ -278,6 +317,7 @@ impl WindowOperator {
         let Some(mut state) = self.open.remove(&start) else {
             return Ok(());
         };
+        state.load_all()?;
         let end = start + self.grid.size;
         let n = state.len();
         let (keys, values) = if self.grid.retention > 0 {
@@ -301,6 +341,8 @@ impl WindowOperator {
             state.set_visible(&all, &visible);
             state.set_track_dirty(true);
             self.closed.insert(start, state);
+        } else {
+            state.drop_store()?;
         }
         Ok(())
     }
@@ -320,7 +362,7 @@ impl WindowOperator {
             }
             for (start, rows) in by_start {
                 if !self.closed.contains_key(&start) {
-                    let mut s = self.new_state()?;
+                    let mut s = self.new_state(start)?;
                     s.set_track_dirty(true);
                     self.closed.insert(start, s);
                 }
@@ -408,19 +450,33 @@ impl Operator for WindowOperator {
         // they are all applied by end + retention + one grid step.
         let horizon = self.grid.retention.saturating_add(self.grid.emit_interval);
         let size = self.grid.size;
-        self.closed
-            .retain(|&start, _| (start + size).saturating_add(horizon) > watermark);
+        while let Some(mut entry) = self.closed.first_entry() {
+            if (entry.key() + size).saturating_add(horizon) > watermark {
+                break;
+            }
+            entry.get_mut().drop_store()?;
+            entry.remove();
+        }
         Ok(())
     }
 
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
         self.merge_partials(i64::MAX)?;
         let mut batches = Vec::new();
-        for (start, state) in self.open.iter_mut() {
-            batches.push((StateEntry::Open(*start), state.snapshot()?));
-        }
-        for (start, state) in self.closed.iter_mut() {
-            batches.push((StateEntry::Closed(*start), state.snapshot()?));
+        let durable = self.store_durable;
+        let open = self.open.iter_mut().map(|(s, w)| (StateEntry::Open(*s), w));
+        let closed = self
+            .closed
+            .iter_mut()
+            .map(|(s, w)| (StateEntry::Closed(*s), w));
+        for (entry, state) in open.chain(closed) {
+            let batch = if durable && (state.in_store() || state.size() >= INLINE_STATE_LIMIT) {
+                state.persist()?;
+                state.empty_snapshot()?
+            } else {
+                state.snapshot_all()?
+            };
+            batches.push((entry, batch));
         }
         self.pending.snapshot(&mut batches)?;
         Ok(OperatorSnapshot::new(batches))
@@ -430,13 +486,15 @@ impl Operator for WindowOperator {
         for (entry, batch) in snapshot.batches {
             match entry {
                 StateEntry::Open(start) => {
-                    let mut state = self.new_state()?;
+                    let mut state = self.new_state(start)?;
                     state.restore(&batch)?;
+                    state.store_restored()?;
                     self.open.insert(start, state);
                 }
                 StateEntry::Closed(start) => {
-                    let mut state = self.new_state()?;
+                    let mut state = self.new_state(start)?;
                     state.restore(&batch)?;
+                    state.store_restored()?;
                     state.set_track_dirty(true);
                     self.closed.insert(start, state);
                 }
@@ -459,6 +517,41 @@ impl Operator for WindowOperator {
             + self.pending.size()
     }
 
+    /// Moves closed windows (only late rows touch them) to the store
+    /// first, then the open windows' least recently used groups, each
+    /// window keeping its share of `target`.
+    fn spill(&mut self, target: usize) -> Result<Evicted> {
+        if self.factory.store.is_none() {
+            return Ok(Evicted::default());
+        }
+        self.merge_partials(i64::MAX)?;
+        let mut done = Evicted::default();
+        let mut add = |e: Evicted| {
+            done.groups += e.groups;
+            done.written += e.written;
+            done.bytes_written += e.bytes_written;
+        };
+        let target = target.saturating_sub(self.pending.size());
+        let open: usize = self.open.values().map(KeyedState::size).sum();
+        let mut held = open + self.closed.values().map(KeyedState::size).sum::<usize>();
+        for state in self.closed.values_mut() {
+            if held <= target {
+                return Ok(done);
+            }
+            let before = state.size();
+            add(state.evict(0)?);
+            held = held - before + state.size();
+        }
+        if held <= target || open == 0 {
+            return Ok(done);
+        }
+        let share = (target.saturating_sub(held - open)) as f64 / open as f64;
+        for state in self.open.values_mut() {
+            add(state.evict((state.size() as f64 * share) as usize)?);
+        }
+        Ok(done)
+    }
+
     /// Groups held; a key folded on several threads counts once per thread
     /// until its window closes.
     fn state_keys(&self) -> usize {
@@ -468,5 +561,144 @@ impl Operator for WindowOperator {
             .chain(self.closed.values())
             .map(|s| s.len())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+
+    use super::*;
+    use crate::plan::QueryKind;
+    use crate::sql::{Catalog, plan_query};
+    use crate::state::SharedStore;
+
+    const MINUTE: i64 = 60_000_000;
+
+    fn input_schema() -> SchemaRef {
+        let time = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        Arc::new(Schema::new(vec![
+            Field::new("merchant", DataType::Utf8, true),
+            Field::new("ts", time, true),
+            Field::new("amount", DataType::Float64, true),
+        ]))
+    }
+
+    fn operator(store: Option<&SharedStore>) -> WindowOperator {
+        let catalog = Catalog::new().with_table("orders", input_schema());
+        let q = "SELECT merchant, HOP(ts, INTERVAL '1 MINUTE', INTERVAL '2 MINUTES') AS w, \
+                 count(*) AS n, sum(amount) AS total FROM orders \
+                 GROUP BY merchant, HOP(ts, INTERVAL '1 MINUTE', INTERVAL '2 MINUTES') \
+                 HAVING count(*) < 4";
+        let options = QueryOptions {
+            retention_us: MINUTE,
+            threads: 1,
+            ..QueryOptions::default()
+        };
+        let plan = plan_query(q, &catalog, options).unwrap();
+        let QueryKind::Aggregate(a) = &plan.kind else {
+            panic!("an aggregation")
+        };
+        let emitter = Emitter::new(a, Arc::clone(&plan.output_schema), plan.key_columns.clone());
+        WindowOperator::new(
+            a,
+            &plan.options,
+            emitter,
+            Arc::clone(&plan.input_schema),
+            store,
+        )
+        .unwrap()
+    }
+
+    fn text(out: &Output) -> Vec<String> {
+        let mut lines = Vec::new();
+        for c in &out.changes {
+            let t = arrow::util::pretty::pretty_format_batches(std::slice::from_ref(&c.rows));
+            lines.push(format!("{}\n{:?}", t.unwrap(), c.deletes));
+        }
+        lines
+    }
+
+    /// Rounds of rows over 60 merchants (some late, for closed windows)
+    /// into HOP windows whose every group goes to the store after each
+    /// round, and into the same windows in memory: every emission is the
+    /// same, and the tables of windows gone are dropped from the store.
+    #[test]
+    fn windows_spilled_after_every_round_emit_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default());
+        let mut spilling = operator(Some(&store));
+        let mut memory = operator(None);
+        let schema = input_schema();
+        let mut evicted = 0;
+        for round in 0..12i64 {
+            let n = 150;
+            let merchant: Vec<String> = (0..n)
+                .map(|i| format!("m{:02}", (i * 7 + round) % 60))
+                .collect();
+            // Event times 20 s apart per round; every fifth row 90 s behind.
+            let times: Vec<i64> = (0..n)
+                .map(|i| {
+                    round * MINUTE / 3 + i * 1000 - if i % 5 == 0 { 3 * MINUTE / 2 } else { 0 }
+                })
+                .collect();
+            let stamps = vec![round * MINUTE / 3 - MINUTE / 6; n as usize];
+            let amount: Vec<f64> = (0..n).map(|i| ((i * 13 + round * 5) % 23) as f64).collect();
+            let batch = RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![
+                    Arc::new(StringArray::from(merchant)),
+                    Arc::new(TimestampMicrosecondArray::from(times.clone()).with_timezone("UTC")),
+                    Arc::new(Float64Array::from(amount)),
+                ],
+            )
+            .unwrap();
+            let mut emitted = Vec::new();
+            for op in [&mut spilling, &mut memory] {
+                let mut out = Output::default();
+                let input = StampedBatch {
+                    partition: 0,
+                    batch: batch.clone(),
+                    times: times.clone(),
+                    stamps: stamps.clone(),
+                    origin: (0..n as u32).collect(),
+                };
+                op.process_batch(input, &mut out).unwrap();
+                op.handle_watermark(stamps[0], &mut out).unwrap();
+                emitted.push((text(&out), out.rejects.len()));
+            }
+            assert_eq!(emitted[0], emitted[1], "round {round}");
+            evicted += spilling.spill(0).unwrap().groups;
+            assert_eq!(
+                spilling.state_keys(),
+                0,
+                "round {round}: every group left memory"
+            );
+        }
+        assert!(evicted > 1000, "{evicted} groups evicted");
+        let mut last = [Output::default(), Output::default()];
+        spilling
+            .handle_watermark(i64::MAX / 2, &mut last[0])
+            .unwrap();
+        memory.handle_watermark(i64::MAX / 2, &mut last[1]).unwrap();
+        assert_eq!(text(&last[0]), text(&last[1]));
+        let tables = store
+            .if_open(|s| s.manifest())
+            .expect("spills opened the store");
+        assert!(
+            tables.is_empty(),
+            "tables of closed windows remain: {tables:?}"
+        );
+        // A merge of a dropped window's runs may still be running.
+        store.with(|s| Ok(s.poll_compaction(true)?)).unwrap();
+        let files = std::fs::read_dir(store.if_open(|s| s.dir().to_path_buf()).unwrap())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".arrow"))
+            .count();
+        assert_eq!(files, 0, "run files of dropped windows remain");
     }
 }

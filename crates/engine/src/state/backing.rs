@@ -234,6 +234,22 @@ impl Backing {
         })
     }
 
+    /// Whether the store holds rows of this table.
+    pub fn has_rows(&self) -> bool {
+        self.table
+            .and_then(|t| self.store.if_open(|s| s.has_rows(t)))
+            .unwrap_or(false)
+    }
+
+    /// Drops the table and its rows from the store (the state is gone).
+    pub fn drop_table(&mut self) -> Result<()> {
+        if let Some(t) = self.table.take() {
+            self.store.with(|s| Ok(s.drop_table(t)?))?;
+        }
+        self.cold = false;
+        Ok(())
+    }
+
     pub fn size(&self) -> usize {
         self.changed.size() + self.last_used.capacity() * 4
     }

@@ -23,7 +23,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
     UInt32Array,
 };
-use arrow::compute::take;
+use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
 
 use super::backing::{Backing, Dirty, key_column_fields};
@@ -338,9 +338,16 @@ impl KeyedState {
         groups.iter().map(|&g| self.visible[g]).collect()
     }
 
+    /// Records what the last emission of `groups` showed; with a store,
+    /// a group whose visibility changed is written again when it leaves.
     pub fn set_visible(&mut self, groups: &[usize], visible: &[bool]) {
         for (&g, &v) in groups.iter().zip(visible) {
-            self.visible[g] = v;
+            if self.visible[g] != v {
+                self.visible[g] = v;
+                if let Some(b) = self.backing.as_mut() {
+                    b.changed.mark(&[g]);
+                }
+            }
         }
     }
 
@@ -589,6 +596,65 @@ impl KeyedState {
             self.groups_of(&rows.columns()[..k], rows.num_rows())?;
         }
         Ok(())
+    }
+
+    /// Brings every stored group into memory (a group in memory keeps its
+    /// newer state): afterwards memory holds the whole state, as before
+    /// anything was evicted, so every group can be read.
+    pub fn load_all(&mut self) -> Result<()> {
+        let Some(mut b) = self.backing.take().filter(|b| b.cold) else {
+            return Ok(());
+        };
+        let k = self.interner.fields().len();
+        let loaded = b.scan(|rows| {
+            let before = self.interner.len();
+            let mut groups = Vec::with_capacity(rows.num_rows());
+            self.interner
+                .intern(&rows.columns()[..k], rows.num_rows(), &mut groups)?;
+            self.grow(self.interner.len());
+            let (rows_of_new, new): (Vec<u32>, Vec<usize>) = groups
+                .iter()
+                .enumerate()
+                .filter(|&(_, &g)| g >= before)
+                .map(|(i, &g)| (i as u32, g))
+                .unzip();
+            if !new.is_empty() {
+                let picked = take_record_batch(&rows, &UInt32Array::from(rows_of_new))?;
+                self.merge_rows(&picked, &new)?;
+            }
+            Ok(())
+        });
+        // Loaded groups are unchanged (the store has them), and least
+        // recently used.
+        b.grow(self.interner.len());
+        b.cold = false;
+        self.backing = Some(b);
+        loaded
+    }
+
+    /// Whether the store holds groups of this state (then a checkpoint
+    /// keeps writing its changes there).
+    pub fn in_store(&self) -> bool {
+        self.backing
+            .as_ref()
+            .is_some_and(|b| b.cold || b.has_rows())
+    }
+
+    /// Drops this state's rows from the store: the state is gone for good.
+    pub fn drop_store(&mut self) -> Result<()> {
+        match self.backing.as_mut() {
+            Some(b) => b.drop_table(),
+            None => Ok(()),
+        }
+    }
+
+    /// An empty batch of [`Self::snapshot_schema`]: a checkpoint's entry
+    /// for a state whose groups are all in the store.
+    pub fn empty_snapshot(&self) -> Result<RecordBatch> {
+        Ok(RecordBatch::new_empty(Self::snapshot_schema(
+            self.interner.fields(),
+            &self.specs,
+        )?))
     }
 
     /// Keeps only `survivors` (ascending), renumbered from 0 in that order.
