@@ -57,6 +57,16 @@ def test_errors():
     with pytest.raises(ubik.SqlError) as e:
         ubik.validate("SELECT nope FROM orders", schema=SCHEMA)
     assert e.value.column == 8 and "nope" in str(e.value)
+    # The same text as the CLI: the query line quoted, a caret under the mistake.
+    with pytest.raises(ubik.SqlError) as e:
+        ubik.validate("SELECT merchant,\n  cnt(*) AS n\nFROM orders GROUP BY merchant", schema=SCHEMA)
+    assert (e.value.line, e.value.column) == (2, 3)
+    assert str(e.value) == (
+        "unknown function `cnt`\n --> line 2, column 3\n  |\n2 |   cnt(*) AS n\n  |   ^^^\n"
+        "hint: did you mean `count`? (windows are TUMBLE, HOP and SESSION; aggregates include "
+        "count, sum, avg, min, max, stddev, approx_distinct)"
+    )
+    assert e.value.hint.startswith("did you mean `count`?")
     with pytest.raises(ubik.UnsupportedQueryError, match="window column"):
         ubik.validate(f"SELECT merchant, count(*) FROM orders GROUP BY merchant, {W}", schema=SCHEMA)
     with pytest.raises(ubik.SchemaError, match="VARCHAR"):

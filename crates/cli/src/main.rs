@@ -35,7 +35,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log);
     let result = match cli.command {
-        Command::Run(args) => settings::run_settings(*args).and_then(run),
+        Command::Run(args) => settings::run_settings(*args).and_then(|s| {
+            let origin = s.query_origin.clone();
+            run(s).map_err(|e| settings::in_query_file(e, origin.as_ref()))
+        }),
         Command::Validate(args) => validate(*args),
         Command::Status(args) => status(args),
     };
@@ -84,6 +87,7 @@ fn run(settings: RunSettings) -> Result<()> {
         spec,
         metrics: metrics_addr,
         quiet,
+        ..
     } = settings;
     let total_bytes = match spec.sources.first().map(|s| &s.endpoint) {
         Some(Endpoint::File(p)) => std::fs::metadata(p).ok().map(|m| m.len()),
@@ -206,7 +210,9 @@ fn validate(args: ValidateArgs) -> Result<()> {
     let mut spec = PipelineSpec::new(sql, SourceSpec::new(Endpoint::Stdin));
     spec.sources = sources;
     spec.settings = settings::query_settings(&args.query, &file)?;
-    let plan = ubik_runtime::validate(spec)?;
+    let origin = settings::query_origin(&args.query, &file);
+    let plan = ubik_runtime::validate(spec)
+        .map_err(|e| settings::in_query_file(e.into(), origin.as_ref()))?;
     if args.json {
         let fields: Vec<serde_json::Value> = plan
             .output_schema

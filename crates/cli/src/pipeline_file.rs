@@ -7,9 +7,57 @@ use std::path::Path;
 use anyhow::{Context, Result, anyhow};
 use serde::Deserialize;
 
+/// Where a query's text is in a file: errors point at the file's lines.
+#[derive(Debug, Clone, Default)]
+pub struct QueryOrigin {
+    pub file: String,
+    /// Lines of the file before the query's first line.
+    pub lines: u64,
+    /// The file's text before the query on its first line.
+    pub prefix: String,
+}
+
+impl QueryOrigin {
+    /// The whole file is the query.
+    pub fn whole(path: &Path) -> Self {
+        Self {
+            file: path.display().to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// `query = ...` in the TOML text `text`: where its string starts (a
+    /// multi-line string's first line break is not part of it).
+    fn in_toml(path: &Path, text: &str) -> Option<Self> {
+        let (index, line) = text.lines().enumerate().find(|(_, l)| {
+            l.trim_start()
+                .strip_prefix("query")
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })?;
+        let value = line.split_once('=')?.1;
+        let quote_at = line.len() - value.trim_start().len();
+        let value = value.trim_start();
+        let multi = value.starts_with("\"\"\"") || value.starts_with("'''");
+        let (lines, prefix) = if multi && value.len() == 3 {
+            (index as u64 + 1, String::new())
+        } else {
+            let skip = if multi { 3 } else { 1 };
+            (index as u64, line[..quote_at + skip].to_string())
+        };
+        Some(Self {
+            file: path.display().to_string(),
+            lines,
+            prefix,
+        })
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineFile {
+    /// Where the query is written (not a key of the file).
+    #[serde(skip)]
+    pub query_origin: Option<QueryOrigin>,
     pub query: Option<String>,
     pub query_file: Option<String>,
     pub from: Option<String>,
@@ -66,6 +114,9 @@ impl PipelineFile {
         let mut file: PipelineFile = toml::from_str(&text)
             .map_err(|e| anyhow!("{}: {}", path.display(), e.to_string().trim_end()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        if file.query.is_some() {
+            file.query_origin = QueryOrigin::in_toml(path, &text);
+        }
         if let Some(q) = &file.query_file {
             if file.query.is_some() {
                 return Err(anyhow!(
@@ -74,6 +125,7 @@ impl PipelineFile {
                 ));
             }
             let p = base.join(q);
+            file.query_origin = Some(QueryOrigin::whole(&p));
             file.query = Some(
                 std::fs::read_to_string(&p)
                     .with_context(|| format!("cannot read query_file {}", p.display()))?,

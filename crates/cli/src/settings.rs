@@ -8,15 +8,19 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow, bail};
 use arrow::datatypes::SchemaRef;
 use ubik_format::schema::{parse_column_list, parse_json_schema};
-use ubik_runtime::{DeadLetterSpec, GroupSpec, PipelineSpec, Settings, SinkSpec, SourceSpec};
+use ubik_runtime::{
+    DeadLetterSpec, GroupSpec, PipelineSpec, RuntimeError, Settings, SinkSpec, SourceSpec,
+};
 
 use crate::args::{QueryArgs, RunArgs};
-use crate::pipeline_file::PipelineFile;
+use crate::pipeline_file::{PipelineFile, QueryOrigin};
 
 /// What `ubik run` does: the pipeline, plus the CLI's own reporting.
 #[derive(Debug)]
 pub struct RunSettings {
     pub spec: PipelineSpec,
+    /// Where the query was written, when in a file.
+    pub query_origin: Option<QueryOrigin>,
     pub metrics: Option<String>,
     pub quiet: bool,
 }
@@ -33,8 +37,32 @@ pub fn load_file(query: &QueryArgs) -> Result<PipelineFile> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(PipelineFile {
         query: Some(sql),
+        query_origin: Some(QueryOrigin::whole(path)),
         ..Default::default()
     })
+}
+
+/// Where the query that runs was written, when it came from a file (not
+/// from the command line).
+pub fn query_origin(query: &QueryArgs, file: &PipelineFile) -> Option<QueryOrigin> {
+    match query.sql {
+        Some(_) => None,
+        None => file.query_origin.clone(),
+    }
+}
+
+/// A query error placed in the file the query came from.
+pub fn in_query_file(e: anyhow::Error, origin: Option<&QueryOrigin>) -> anyhow::Error {
+    let Some(o) = origin else {
+        return e;
+    };
+    match e.downcast::<RuntimeError>() {
+        Ok(RuntimeError::Engine(engine)) => {
+            RuntimeError::Engine(engine.in_file(&o.file, o.lines, &o.prefix)).into()
+        }
+        Ok(other) => other.into(),
+        Err(e) => e,
+    }
 }
 
 pub fn resolve_sql(query: &QueryArgs, file: &PipelineFile) -> Result<String> {
@@ -355,6 +383,7 @@ pub fn run_settings(args: RunArgs) -> Result<RunSettings> {
     }
     Ok(RunSettings {
         spec,
+        query_origin: query_origin(&args.query, &file),
         metrics: args.metrics.clone().or(file.metrics.clone()),
         quiet: args.quiet,
     })

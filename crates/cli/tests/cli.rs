@@ -40,6 +40,39 @@ fn bad_sql_exits_2_with_position() {
     assert!(stderr(&o).contains("window column"), "{}", stderr(&o));
 }
 
+/// A query error in a pipeline file points at the file's line and column,
+/// quoting the line with a caret under the mistake; exit code 2.
+#[test]
+fn query_errors_point_into_the_pipeline_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("p.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "# orders per merchant\nschema = \"{SCHEMA}\"\nquery = \"\"\"\nSELECT merchant,\n       sum(amout) AS total\nFROM orders GROUP BY merchant\n\"\"\"\n"
+        ),
+    )
+    .unwrap();
+    let o = run(&["validate", "-f", toml.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let want = format!(
+        "error: unknown column `amout`\n --> {}:5:12\n  |\n5 |        sum(amout) AS total\n  |            ^^^^^\nhint: did you mean `amount`?\n",
+        toml.display()
+    );
+    assert_eq!(stderr(&o), want);
+    // On the query's first line, the column counts what precedes it.
+    std::fs::write(
+        &toml,
+        format!("schema = \"{SCHEMA}\"\nquery = \"SELECT merchnt FROM orders\"\n"),
+    )
+    .unwrap();
+    let e = stderr(&run(&["validate", "-f", toml.to_str().unwrap()]));
+    assert!(
+        e.contains("p.toml:2:17\n") && e.contains("\n  |                 ^^^^^^^\n"),
+        "{e}"
+    );
+}
+
 #[test]
 fn refuses_file_sinks() {
     for to in ["file:///tmp/out.parquet", "s3://bucket/x", "/tmp/out.jsonl"] {

@@ -73,52 +73,33 @@ fn with_attrs(py: Python<'_>, err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr 
 }
 
 fn engine(py: Python<'_>, e: &EngineError) -> PyErr {
+    let object = |v: Option<u64>| {
+        v.into_pyobject(py)
+            .map(|o| o.into_any().unbind())
+            .unwrap_or_else(|_| py.None())
+    };
     match e {
-        EngineError::Sql { position, hint, .. } => {
-            let err = SqlError::new_err(e.to_string());
-            let (line, column) = position.map_or((None, None), |p| (Some(p.line), Some(p.column)));
+        EngineError::Sql { position, hint, .. }
+        | EngineError::Unsupported { position, hint, .. } => {
+            let err = match e {
+                EngineError::Sql { .. } => SqlError::new_err(e.to_string()),
+                _ => UnsupportedQueryError::new_err(e.to_string()),
+            };
+            let hint = hint
+                .clone()
+                .into_pyobject(py)
+                .map(|o| o.into_any().unbind())
+                .unwrap_or_else(|_| py.None());
             with_attrs(
                 py,
                 err,
                 &[
-                    (
-                        "line",
-                        line.into_pyobject(py)
-                            .map(|o| o.into_any().unbind())
-                            .unwrap_or_else(|_| py.None()),
-                    ),
-                    (
-                        "column",
-                        column
-                            .into_pyobject(py)
-                            .map(|o| o.into_any().unbind())
-                            .unwrap_or_else(|_| py.None()),
-                    ),
-                    (
-                        "hint",
-                        hint.clone()
-                            .into_pyobject(py)
-                            .map(|o| o.into_any().unbind())
-                            .unwrap_or_else(|_| py.None()),
-                    ),
+                    ("line", object(position.map(|p| p.line))),
+                    ("column", object(position.map(|p| p.column))),
+                    ("hint", hint),
                 ],
             )
         }
-        EngineError::Unsupported { hint, .. } => with_attrs(
-            py,
-            UnsupportedQueryError::new_err(e.to_string()),
-            &[
-                ("line", py.None()),
-                ("column", py.None()),
-                (
-                    "hint",
-                    hint.clone()
-                        .into_pyobject(py)
-                        .map(|o| o.into_any().unbind())
-                        .unwrap_or_else(|_| py.None()),
-                ),
-            ],
-        ),
         _ => match ErrorClass::of_engine(e) {
             ErrorClass::Schema => SchemaError::new_err(e.to_string()),
             ErrorClass::Checkpoint => CheckpointError::new_err(e.to_string()),

@@ -1,6 +1,7 @@
 //! SQL front end: DataFusion's parser and planner with ubik's window functions.
 
 pub mod context;
+mod diagnose;
 pub mod functions;
 pub mod join;
 pub mod over;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use datafusion_common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion_common::{Column, DFSchema, DFSchemaRef, DataFusionError, ScalarValue};
+use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::logical_plan::{Distinct, LogicalPlan};
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
@@ -24,9 +24,10 @@ use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::sqlparser::dialect::GenericDialect;
 
 use super::context::{Catalog, PlanningContext};
+use super::diagnose::{locate, sql_error};
 use super::functions::{WINDOW_END, WindowFunction};
 use super::join;
-use crate::error::{EngineError, Result, SqlPosition};
+use crate::error::{EngineError, Result};
 use crate::plan::*;
 use crate::time::{interval_micros, window_type};
 
@@ -35,6 +36,13 @@ pub const WINDOW_END_COLUMN: &str = "__ubik_window_end";
 
 /// Plans `sql` against the tables of `catalog`.
 pub fn plan_query(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result<QueryPlan> {
+    plan(sql, catalog, options).map_err(|e| match e {
+        EngineError::DataFusion(d) => sql_error(*d, sql),
+        other => locate(other, sql),
+    })
+}
+
+fn plan(sql: &str, catalog: &Catalog, options: QueryOptions) -> Result<QueryPlan> {
     let ctx = PlanningContext::new(catalog);
     let (text, versioned) = super::versioned::strip_versions(sql);
     let logical = logical_plan(&text, &ctx)?;
@@ -115,27 +123,23 @@ fn check_join_retention(plan: &QueryPlan) -> Result<()> {
 
 fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
     let mut statements =
-        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(sql_error)?;
+        DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| sql_error(e, sql))?;
     if statements.len() != 1 {
-        return Err(EngineError::Sql {
-            message: format!(
+        return Err(EngineError::sql(
+            format!(
                 "expected exactly one SELECT statement, found {}",
                 statements.len()
             ),
-            position: None,
-            hint: Some(
-                "a pipeline runs one query; remove the extra ';'-separated statements".into(),
-            ),
-        });
+            Some("a pipeline runs one query; remove the extra ';'-separated statements".into()),
+        ));
     }
     let statement = statements.pop_front().expect("one statement");
     if !matches!(&statement, DFStatement::Statement(s) if matches!(**s, datafusion_sql::sqlparser::ast::Statement::Query(_)))
     {
-        return Err(EngineError::Sql {
-            message: "only SELECT queries can run as a pipeline".into(),
-            position: None,
-            hint: Some("write the query as SELECT ... FROM <source> ...".into()),
-        });
+        return Err(EngineError::sql(
+            "only SELECT queries can run as a pipeline",
+            Some("write the query as SELECT ... FROM <source> ...".into()),
+        ));
     }
     let planner = SqlToRel::new_with_options(
         ctx,
@@ -145,10 +149,12 @@ fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
             ..ParserOptions::default()
         },
     );
-    let plan = planner.statement_to_plan(statement).map_err(sql_error)?;
+    let plan = planner
+        .statement_to_plan(statement)
+        .map_err(|e| sql_error(e, sql))?;
     let plan = Analyzer::new()
         .execute_and_check(plan, ctx.options(), |_, _| {})
-        .map_err(sql_error)?;
+        .map_err(|e| sql_error(e, sql))?;
     refuse_distinct_on(&plan)?;
     // Simplification rewrites what DataFusion only evaluates simplified
     // (COALESCE, NVL and IFNULL become CASE) and folds constants.
@@ -158,7 +164,7 @@ fn logical_plan(sql: &str, ctx: &PlanningContext<'_>) -> Result<LogicalPlan> {
     ]);
     optimizer
         .optimize(plan, &OptimizerContext::new(), |_, _| {})
-        .map_err(sql_error)
+        .map_err(|e| sql_error(e, sql))
 }
 
 /// `SELECT DISTINCT ON` keeps the first row per key in an order a stream
@@ -180,66 +186,6 @@ fn refuse_distinct_on(plan: &LogicalPlan) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Maps a DataFusion planning error to [`EngineError::Sql`] with the position
-/// of the offending text when DataFusion or the parser reports one.
-pub fn sql_error(e: DataFusionError) -> EngineError {
-    let position = e
-        .diagnostic()
-        .and_then(|d| d.span)
-        .filter(|s| s.start.line > 0)
-        .map(|s| SqlPosition {
-            line: s.start.line,
-            column: s.start.column,
-        })
-        .or_else(|| position_in_message(&e.to_string()));
-    let message = e.strip_backtrace();
-    let message = message
-        .strip_prefix("Error during planning: ")
-        .or_else(|| message.strip_prefix("SQL error: "))
-        .or_else(|| message.strip_prefix("Schema error: "))
-        .unwrap_or(&message)
-        .to_string();
-    let hint = hint_for(&message);
-    EngineError::Sql {
-        message,
-        position,
-        hint,
-    }
-}
-
-/// Parser errors carry "at Line: 3, Column: 14" in their text.
-fn position_in_message(message: &str) -> Option<SqlPosition> {
-    let at = message.rfind("Line: ")?;
-    let rest = &message[at + 6..];
-    let (line, rest) = rest.split_once(", Column: ")?;
-    let column: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    Some(SqlPosition {
-        line: line.trim().parse().ok()?,
-        column: column.parse().ok()?,
-    })
-}
-
-fn hint_for(message: &str) -> Option<String> {
-    if message.contains("found: -") || message.contains("found: .") {
-        return Some(
-            "a table name with dashes or dots (a Kafka topic) must be quoted: FROM \"my-topic\""
-                .into(),
-        );
-    }
-    if message.contains("must appear in the GROUP BY") || message.contains("must be in GROUP BY") {
-        return Some("every selected column must be grouped or aggregated; add it to GROUP BY or wrap it in an aggregate such as max(...)".into());
-    }
-    if message.contains("No field named") {
-        return Some(
-            "check the column name against the source schema (`ubik validate` prints it)".into(),
-        );
-    }
-    if message.contains("Invalid function") {
-        return Some("window functions are TUMBLE, HOP and SESSION; aggregates include count, sum, avg, min, max, stddev, approx_distinct".into());
-    }
-    None
 }
 
 #[derive(Clone)]
@@ -964,7 +910,7 @@ fn post_aggregation(
         .map(rewrite_end)
         .collect::<Result<Vec<_>>>()
         .map_err(|e| match e {
-            EngineError::DataFusion(d) => sql_error(*d),
+            EngineError::DataFusion(d) => sql_error(*d, ""),
             other => other,
         })?;
     let having = top
