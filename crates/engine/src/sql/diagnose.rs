@@ -508,7 +508,7 @@ fn planning_error(text: &str, sql: &str) -> Diagnosis {
     if text.contains("InSubquery") || text.contains("ScalarSubquery") || text.contains("Exists") {
         return Diagnosis::new("subqueries inside expressions (IN (SELECT ...), EXISTS, scalar subqueries) are not supported on streams")
             .at(find_text(sql, "(SELECT").map(|p| (SqlPosition { line: p.line, column: p.column + 1 }, 6)))
-            .hint("join the sources instead (see Joins in the README)");
+            .hint("join the sources instead (docs/joins.md)");
     }
     Diagnosis::new(lowercase_first(text))
 }

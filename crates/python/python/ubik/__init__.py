@@ -247,7 +247,7 @@ def stream(sql: str, from_: Any, schema: Any = None, table: Optional[str] = None
     ``from_={"orders": url_or_table, "merchants": table}``, and ``schema``
     as a dict by the same names (a ``PRIMARY KEY`` in a column list marks a
     versioned table). Without ``schema`` it is inferred from a sample of the
-    records (every JSON number as DOUBLE; see the README).
+    records (every JSON number as DOUBLE; see docs/python.md).
 
     Records set aside (undecodable, too late; see :class:`DeadLetter`) go
     to ``on_dead_letter(letter)``, called in the calling thread while the
