@@ -26,6 +26,7 @@ use ubik_runtime::{
 };
 
 use args::{Cli, Command, ValidateArgs};
+use progress::Total;
 use settings::RunSettings;
 
 /// Exit code for a query or configuration the user must fix.
@@ -89,8 +90,15 @@ fn run(settings: RunSettings) -> Result<()> {
         quiet,
         ..
     } = settings;
-    let total_bytes = match spec.sources.first().map(|s| &s.endpoint) {
-        Some(Endpoint::File(p)) => std::fs::metadata(p).ok().map(|m| m.len()),
+    let total = match spec.sources.as_slice() {
+        [one] => match &one.endpoint {
+            Endpoint::File(p) => std::fs::metadata(p).ok().map(|m| Total::Bytes(m.len())),
+            Endpoint::Demo { options, .. } if options.count > 0 => {
+                Some(Total::Records(options.count))
+            }
+            Endpoint::Kafka(url) if url.contains("end=") => Some(Total::Lag),
+            _ => None,
+        },
         _ => None,
     };
     let checkpointed = spec.checkpoint.is_some();
@@ -154,7 +162,7 @@ fn run(settings: RunSettings) -> Result<()> {
         "running"
     );
 
-    let mut progress = progress::Progress::new(quiet, total_bytes);
+    let mut progress = progress::Progress::new(quiet, total);
     let mut report = |s: &ubik_runtime::Stats| {
         metrics.update(s);
         progress.report(s);

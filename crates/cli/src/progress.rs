@@ -12,8 +12,9 @@ pub struct Progress {
     terminal: bool,
     quiet: bool,
     last_records: u64,
+    last_bytes: u64,
     last_at: Instant,
-    total_bytes: Option<u64>,
+    total: Option<Total>,
 }
 
 fn ts(t: i64) -> String {
@@ -38,14 +39,89 @@ fn human(n: f64) -> String {
     }
 }
 
+/// How much a bounded run reads, when known up front.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Total {
+    /// A file's size: progress is the bytes read of it.
+    Bytes(u64),
+    /// A demo source's count: progress is the records read of it.
+    Records(u64),
+    /// A Kafka source with `end=`: what is read plus the lag behind the end.
+    Lag,
+}
+
+/// Progress toward a known total: the fraction done, and the seconds left
+/// at `rate` (of the same unit), when they can be told.
+fn done_and_eta(
+    s: &Stats,
+    total: Option<Total>,
+    rate: f64,
+    byte_rate: f64,
+) -> Option<(f64, Option<f64>)> {
+    let (done, all, per_s) = match total? {
+        Total::Bytes(t) => (s.bytes_in as f64, t as f64, byte_rate),
+        Total::Records(t) => (s.records_in as f64, t as f64, rate),
+        Total::Lag => {
+            let lag = s.lag? as f64;
+            (s.records_in as f64, s.records_in as f64 + lag, rate)
+        }
+    };
+    if all <= 0.0 {
+        return None;
+    }
+    let fraction = (done / all).clamp(0.0, 1.0);
+    let eta = (per_s > 0.0).then(|| (all - done).max(0.0) / per_s);
+    Some((fraction, eta))
+}
+
+fn duration(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The terminal line: a bar, percentage and ETA when the total is known,
+/// then the same figures as the log lines.
+fn line(s: &Stats, total: Option<Total>, rate: f64, byte_rate: f64) -> String {
+    let bar = match done_and_eta(s, total, rate, byte_rate) {
+        Some((f, eta)) => {
+            let filled = (f * 30.0) as usize;
+            format!(
+                "[{}{}] {:>3.0}% {} ",
+                "=".repeat(filled),
+                " ".repeat(30 - filled),
+                f * 100.0,
+                eta.map_or_else(|| "ETA -".to_string(), |e| format!("ETA {}", duration(e)))
+            )
+        }
+        None => String::new(),
+    };
+    let lag = match (s.lag, total) {
+        (Some(l), None) => format!("  lag {}", human(l as f64)),
+        _ => String::new(),
+    };
+    format!(
+        "{bar}{} records ({}/s)  {} changes  watermark {}  {} keys{lag}",
+        human(s.records_in as f64),
+        human(rate),
+        human(s.changes_out as f64),
+        ts(s.watermark),
+        human(s.state_keys as f64),
+    )
+}
+
 impl Progress {
-    pub fn new(quiet: bool, total_bytes: Option<u64>) -> Self {
+    pub fn new(quiet: bool, total: Option<Total>) -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
             quiet,
             last_records: 0,
+            last_bytes: 0,
             last_at: Instant::now(),
-            total_bytes,
+            total,
         }
     }
 
@@ -56,40 +132,24 @@ impl Progress {
         let now = Instant::now();
         let dt = now.duration_since(self.last_at).as_secs_f64().max(1e-9);
         let rate = (s.records_in - self.last_records) as f64 / dt;
+        let byte_rate = (s.bytes_in - self.last_bytes) as f64 / dt;
         self.last_records = s.records_in;
+        self.last_bytes = s.bytes_in;
         self.last_at = now;
         if self.terminal {
-            let bar = match self.total_bytes.filter(|&t| t > 0) {
-                Some(total) => {
-                    let f = (s.bytes_in as f64 / total as f64).min(1.0);
-                    let filled = (f * 30.0) as usize;
-                    format!(
-                        "[{}{}] {:>3.0}% ",
-                        "=".repeat(filled),
-                        " ".repeat(30 - filled),
-                        f * 100.0
-                    )
-                }
-                None => String::new(),
-            };
             let mut err = std::io::stderr();
-            let _ = write!(
-                err,
-                "\r{bar}{} records ({}/s)  {} changes  watermark {}  {} keys   ",
-                human(s.records_in as f64),
-                human(rate),
-                human(s.changes_out as f64),
-                ts(s.watermark),
-                human(s.state_keys as f64),
-            );
+            let _ = write!(err, "\r{}   ", line(s, self.total, rate, byte_rate));
             let _ = err.flush();
         } else {
+            let eta = done_and_eta(s, self.total, rate, byte_rate);
             info!(
                 records = s.records_in,
                 events_per_s = rate.round(),
                 changes = s.changes_out,
                 watermark = %ts(s.watermark),
                 lag = s.lag.map_or_else(|| "unknown".to_string(), |l| l.to_string()),
+                done = eta.map_or_else(|| "unknown".to_string(), |(f, _)| format!("{:.1}%", f * 100.0)),
+                eta = eta.and_then(|(_, e)| e).map_or_else(|| "unknown".to_string(), duration),
                 dead_letters = s.dead_letters,
                 commit_latency_ms = format!("{:.1}", s.commit_latency_last_ms),
                 "progress"
@@ -115,5 +175,36 @@ impl Progress {
             commit_latency_max_ms = format!("{:.1}", s.commit_latency_max_ms),
             "done"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_percentage_and_eta_follow_the_total() {
+        let s = Stats {
+            records_in: 2_500,
+            bytes_in: 250_000,
+            lag: Some(7_500),
+            ..Stats::default()
+        };
+        // A quarter of the file read, 50 000 bytes/s: 15 s to go.
+        let l = line(&s, Some(Total::Bytes(1_000_000)), 500.0, 50_000.0);
+        assert!(
+            l.starts_with("[=======                       ]  25% ETA 15s 2.5k records (500/s)"),
+            "{l}"
+        );
+        // The lag behind a Kafka end: 7 500 of 10 000 left at 500/s.
+        let l = line(&s, Some(Total::Lag), 500.0, 0.0);
+        assert!(l.contains(" 25% ETA 15s "), "{l}");
+        let l = line(&s, Some(Total::Records(10_000)), 0.0, 0.0);
+        assert!(l.contains(" 25% ETA - "), "{l}");
+        // Unbounded: no bar, the lag instead.
+        let l = line(&s, None, 100.0, 0.0);
+        assert!(!l.contains('%') && l.ends_with("lag 7.5k"), "{l}");
+        assert_eq!(duration(3725.0), "1h02m");
+        assert_eq!(duration(75.0), "1m15s");
     }
 }
