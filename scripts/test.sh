@@ -2,11 +2,12 @@
 # Runs every check and test of ubik: formatting, clippy, the Rust unit,
 # golden SQL, oracle-property, crash and Kafka tests (against a real Apache
 # Kafka broker), and the Python package's tests (pytest, pyarrow, deltalake,
-# DuckDB as the oracle). The broker and the Python environment are installed
-# and started by this script, idempotently.
+# DuckDB as the oracle), and the status page in headless Chromium. The broker,
+# the Python environment and Chromium (Debian's package) are installed and
+# started by this script, idempotently.
 #
 #   scripts/test.sh                               everything
-#   UBIK_TEST_SKIP=kafka,python scripts/test.sh   skip suites (comma-separated)
+#   UBIK_TEST_SKIP=kafka,python,browser scripts/test.sh   skip suites (comma-separated)
 #
 # One compilation serves everything: every cargo command selects the whole
 # workspace with the same features (so dependencies are built once, with one
@@ -56,6 +57,12 @@ if ! skip kafka; then
   UBIK_TEST_KAFKA=$(testing/kafka/broker.sh address)
   export UBIK_TEST_KAFKA
   [[ -n $started_broker ]] && trap 'testing/kafka/broker.sh stop' EXIT
+fi
+
+if ! skip browser; then
+  step "Chromium (Debian's package, headless) for the status page's browser test"
+  UBIK_CHROMIUM=$(testing/chromium.sh)
+  export UBIK_CHROMIUM
 fi
 
 step "cargo test: unit, golden SQL (.slt), oracle properties, CLI, crash/resume, Kafka"

@@ -114,14 +114,23 @@ fn run(settings: RunSettings) -> Result<()> {
         metrics.serve(addr)?;
     }
     let stop = stop_flag()?;
-    let report_every =
-        Duration::from_secs(if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    // A status page or a terminal shows figures every second; log lines
+    // come every 5 s (the progress reporter spaces them).
+    let report_every = Duration::from_secs(
+        if metrics_addr.is_some() || std::io::IsTerminal::is_terminal(&std::io::stderr()) {
             1
         } else {
             5
-        });
+        },
+    );
+    let sql = spec.sql.clone();
     if let Some(group) = &spec.group {
         tracing::info!(group = group.name, "running as a consumer group member");
+        metrics.set_plan(serde_json::json!({
+            "sql": sql,
+            "sources": spec.sources.iter().map(|s| format!("{:?}", s.endpoint)).collect::<Vec<_>>(),
+            "kind": format!("consumer group {}", group.name),
+        }));
         let mut progress = progress::Progress::new(quiet, None);
         let mut last = None;
         let mut report = |s: &ubik_runtime::Stats| {
@@ -161,6 +170,13 @@ fn run(settings: RunSettings) -> Result<()> {
         key = ?pipeline.plan().key_names(),
         "running"
     );
+    metrics.set_plan(serde_json::json!({
+        "sql": sql,
+        "sources": pipeline.plan().sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+        "kind": pipeline.plan().kind_name(),
+        "key": pipeline.plan().key_names(),
+        "sink": sink.describe(),
+    }));
 
     let mut progress = progress::Progress::new(quiet, total);
     let mut report = |s: &ubik_runtime::Stats| {

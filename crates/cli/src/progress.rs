@@ -14,8 +14,13 @@ pub struct Progress {
     last_records: u64,
     last_bytes: u64,
     last_at: Instant,
+    /// When the last log line (non-terminals) was written.
+    last_log: Option<Instant>,
     total: Option<Total>,
 }
+
+/// Log lines (non-terminals) come at most this often.
+const LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn ts(t: i64) -> String {
     match t {
@@ -121,6 +126,7 @@ impl Progress {
             last_records: 0,
             last_bytes: 0,
             last_at: Instant::now(),
+            last_log: None,
             total,
         }
     }
@@ -140,7 +146,11 @@ impl Progress {
             let mut err = std::io::stderr();
             let _ = write!(err, "\r{}   ", line(s, self.total, rate, byte_rate));
             let _ = err.flush();
-        } else {
+        } else if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= LOG_EVERY)
+        {
+            self.last_log = Some(now);
             let eta = done_and_eta(s, self.total, rate, byte_rate);
             info!(
                 records = s.records_in,

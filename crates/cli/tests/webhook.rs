@@ -18,14 +18,6 @@ use common::*;
 
 const SCHEMA: &str = "id BIGINT, kind VARCHAR, ts TIMESTAMP";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// POSTs one event; true if it was acknowledged (200).
 fn post(port: u16, i: u64) -> bool {
     let body = format!(

@@ -650,6 +650,33 @@ impl Query {
             + self.join.as_ref().map_or(0, |j| j.state_size())
     }
 
+    /// Each stateful operator's state held in memory: (what it is, bytes,
+    /// keys), for status pages.
+    pub fn state_by_operator(&self) -> Vec<(String, usize, usize)> {
+        let mut out = Vec::new();
+        if let Some(op) = &self.operator {
+            out.push((
+                self.plan.kind_name().to_string(),
+                op.state_size(),
+                op.state_keys(),
+            ));
+        }
+        if let Some(j) = &self.join {
+            out.push(("join".to_string(), j.state_size(), j.state_keys()));
+        }
+        out
+    }
+
+    /// Bytes of the state store's files (0 without one, or before a
+    /// temporary store was needed).
+    pub fn store_disk_bytes(&self) -> u64 {
+        self.state
+            .store
+            .as_ref()
+            .and_then(|s| s.if_open(|s| s.disk_bytes()))
+            .unwrap_or(0)
+    }
+
     /// Keyed states (groups) held, plus the rows a join holds and the
     /// groups of the aggregations its sides read.
     pub fn state_keys(&self) -> usize {

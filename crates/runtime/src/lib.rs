@@ -30,6 +30,6 @@ mod spill;
 
 pub use connect::{Opened, open, open_pipeline, validate};
 pub use error::{ErrorClass, Result, RuntimeError};
-pub use pipeline::{Pipeline, Stats, Step};
+pub use pipeline::{OperatorStatus, PartitionStatus, Pipeline, Stats, Step};
 pub use settings::{ErrorPolicy, Settings};
 pub use spec::{DeadLetterSpec, Endpoint, GroupSpec, PipelineSpec, SinkSpec, SourceSpec};

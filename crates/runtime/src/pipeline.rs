@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -60,6 +60,48 @@ pub struct Stats {
     pub commit_latency_last_ms: f64,
     pub commit_latency_max_ms: f64,
     pub started: Instant,
+    /// Each source partition's progress (refreshed for reports).
+    pub partitions: Vec<PartitionStatus>,
+    /// Each stateful operator's state in memory (refreshed for reports).
+    pub operators: Vec<OperatorStatus>,
+    /// Bytes of the state store's files (refreshed for reports).
+    pub store_disk_bytes: u64,
+    pub last_checkpoint_at: Option<SystemTime>,
+    /// Dead letters by reason code, and the last one's message.
+    pub dead_letter_reasons: BTreeMap<String, u64>,
+    pub last_dead_letter: Option<String>,
+    /// The last error the pipeline recovered from, and when.
+    pub last_error: Option<(SystemTime, String)>,
+}
+
+/// One source partition's event-time progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    pub source: String,
+    pub partition: u32,
+    /// Its watermark (µs; `MIN_TIME` before any row, `MAX_TIME` once ended).
+    pub watermark: i64,
+    pub rows: u64,
+}
+
+/// One stateful operator's state held in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorStatus {
+    pub name: String,
+    pub bytes: u64,
+    pub keys: u64,
+}
+
+impl Stats {
+    /// Counts a dead letter under its reason code.
+    fn dead_lettered(&mut self, reason: &str, message: &str) {
+        self.dead_letters += 1;
+        *self
+            .dead_letter_reasons
+            .entry(reason.to_string())
+            .or_default() += 1;
+        self.last_dead_letter = Some(format!("{reason}: {message}"));
+    }
 }
 
 impl Default for Stats {
@@ -81,6 +123,13 @@ impl Default for Stats {
             watermark: MIN_TIME,
             lag: None,
             started: Instant::now(),
+            partitions: Vec::new(),
+            operators: Vec::new(),
+            store_disk_bytes: 0,
+            last_checkpoint_at: None,
+            dead_letter_reasons: BTreeMap::new(),
+            last_dead_letter: None,
+            last_error: None,
         }
     }
 }
@@ -548,6 +597,40 @@ impl Pipeline {
         &self.fingerprint
     }
 
+    /// Fills the report-only parts of the stats: the sources' lag, each
+    /// partition's watermark, each operator's state.
+    pub fn refresh_stats(&mut self) {
+        self.stats.lag = self.lag();
+        let progress = self.query.progress();
+        let names: Vec<&str> = self.inputs.iter().map(|i| i.name.as_str()).collect();
+        self.stats.partitions = progress
+            .partitions
+            .iter()
+            .map(|(&id, p)| PartitionStatus {
+                source: names.get(source_of(id)).unwrap_or(&"").to_string(),
+                partition: id & ((1 << PARTITION_BITS) - 1),
+                watermark: p.watermark(progress.lateness),
+                rows: p.rows,
+            })
+            .collect();
+        self.stats.operators = self
+            .query
+            .state_by_operator()
+            .into_iter()
+            .map(|(name, bytes, keys)| OperatorStatus {
+                name,
+                bytes: bytes as u64,
+                keys: keys as u64,
+            })
+            .collect();
+        self.stats.store_disk_bytes = self.query.store_disk_bytes();
+    }
+
+    /// Notes an error the pipeline recovers from (shown on status pages).
+    pub fn note_error(&mut self, error: &str) {
+        self.stats.last_error = Some((SystemTime::now(), error.to_string()));
+    }
+
     /// Asks the source for its lag (records behind), for reporting.
     pub fn lag(&mut self) -> Option<u64> {
         self.inputs
@@ -745,7 +828,7 @@ impl Pipeline {
                             warn!("skipping bad record at {place}: {}", bad.message());
                         }
                         ErrorPolicy::DeadLetter => {
-                            self.stats.dead_letters += 1;
+                            self.stats.dead_lettered("decode", &bad.message());
                             self.dead_letters.write(&DeadLetter {
                                 reason: "decode",
                                 message: &bad.message(),
@@ -868,11 +951,11 @@ impl Pipeline {
         chunk: Option<(&Chunk, usize, &[u32], usize)>,
     ) -> Result<()> {
         for r in out.rejects.drain(..) {
-            self.stats.dead_letters += 1;
             if r.reason.code() == "late" {
                 self.stats.late_rows += 1;
             }
             let message = r.reason.to_string();
+            self.stats.dead_lettered(r.reason.code(), &message);
             let input = &self.inputs
                 [chunk.map_or(source_of(r.partition).min(self.inputs.len() - 1), |c| c.1)];
             let rendered;
@@ -1106,6 +1189,7 @@ impl Pipeline {
             }
         }
         self.stats.checkpoints += 1;
+        self.stats.last_checkpoint_at = Some(SystemTime::now());
         self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
         self.stats.state_bytes = manifest.state_bytes;
         self.stats.state_keys = manifest.state_keys;
@@ -1309,11 +1393,11 @@ impl Pipeline {
             self.inputs[input].name
         );
         for r in rejects {
-            self.stats.dead_letters += 1;
             if r.reason.code() == "late" {
                 self.stats.late_rows += 1;
             }
             let message = r.reason.to_string();
+            self.stats.dead_lettered(r.reason.code(), &message);
             self.dead_letters.write(&DeadLetter {
                 reason: r.reason.code(),
                 message: &message,

@@ -93,6 +93,7 @@ fn write_shuffled(
 }
 
 fn recover(pipeline: &mut Pipeline, sink: &mut dyn Sink, why: &str) -> Result<()> {
+    pipeline.note_error(why);
     warn!(
         "{why}: rewinding to the last checkpoint (epoch {})",
         pipeline.epoch()
@@ -268,12 +269,13 @@ pub fn run_to_sink(
         let stop = opts.stop.load(Ordering::Relaxed);
         if let Some(end) = runner.turn(pipeline, sink, cadence, stop)? {
             if end == RunEnd::Finished {
+                pipeline.refresh_stats();
                 (opts.report)(&pipeline.stats);
             }
             return Ok(end);
         }
         if last_report.elapsed() >= opts.report_every {
-            pipeline.stats.lag = pipeline.lag();
+            pipeline.refresh_stats();
             (opts.report)(&pipeline.stats);
             last_report = Instant::now();
         }
