@@ -91,6 +91,17 @@ pub struct Loaded {
     pub pending: Option<Vec<u8>>,
 }
 
+/// Refuses a file name from a checkpoint (or its replica) that is not a
+/// plain name in its directory: one that could reach outside it.
+fn plain_file_name(name: &str, what: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.contains('\\') || name.starts_with('.') {
+        return Err(RuntimeError::Checkpoint(format!(
+            "refusing {what} file name {name:?}"
+        )));
+    }
+    Ok(())
+}
+
 fn ckpt_err(what: &str, path: &Path, e: std::io::Error) -> RuntimeError {
     RuntimeError::Checkpoint(format!("{what} {}: {e}", path.display()))
 }
@@ -182,11 +193,7 @@ impl CheckpointStore {
         let dir = &self.state_dir;
         fs::create_dir_all(dir).map_err(|e| ckpt_err("cannot create", dir, e))?;
         for (name, bytes) in files {
-            if name.contains('/') || name.starts_with('.') {
-                return Err(RuntimeError::Checkpoint(format!(
-                    "refusing state file name {name:?}"
-                )));
-            }
+            plain_file_name(name, "state")?;
             let path = dir.join(name);
             if fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
                 continue;
@@ -342,11 +349,7 @@ impl CheckpointStore {
         }
         fs::create_dir_all(&tmp).map_err(|e| ckpt_err("cannot create", &tmp, e))?;
         for (file, bytes) in files {
-            if file.contains('/') || file.starts_with('.') {
-                return Err(RuntimeError::Checkpoint(format!(
-                    "refusing checkpoint file name {file:?}"
-                )));
-            }
+            plain_file_name(file, "checkpoint")?;
             write_synced(&tmp.join(file), bytes)?;
         }
         fsync_dir(&tmp)?;

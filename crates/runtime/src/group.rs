@@ -32,7 +32,7 @@ use ubik_kafka::{Assignment, GroupMember, KafkaUrl};
 
 use crate::connect::{Opened, TaskKind, open_task, repartition_topic};
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::{Pipeline, Stats};
+use crate::pipeline::{OperatorStatus, PartitionStatus, Pipeline, Stats};
 use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
 use crate::spec::{Endpoint, PipelineSpec, SinkSpec};
 
@@ -192,6 +192,35 @@ fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
     total.state_keys += s.state_keys;
     total.commit_latency_last_ms = total.commit_latency_last_ms.max(s.commit_latency_last_ms);
     total.commit_latency_max_ms = total.commit_latency_max_ms.max(s.commit_latency_max_ms);
+    // What a status page shows per task: its stage and partition name it.
+    let task = match kind {
+        TaskKind::Whole(p) => format!("task {p}"),
+        TaskKind::Shuffle(p) => format!("first stage {p}"),
+        TaskKind::Keyed(p) => format!("keyed stage {p}"),
+    };
+    total
+        .partitions
+        .extend(s.partitions.iter().map(|p| PartitionStatus {
+            source: format!("{task}: {}", p.source),
+            ..p.clone()
+        }));
+    total
+        .operators
+        .extend(s.operators.iter().map(|o| OperatorStatus {
+            name: format!("{task}: {}", o.name),
+            ..o.clone()
+        }));
+    total.store_disk_bytes += s.store_disk_bytes;
+    for (reason, n) in &s.dead_letter_reasons {
+        *total.dead_letter_reasons.entry(reason.clone()).or_default() += n;
+    }
+    if s.last_dead_letter.is_some() {
+        total.last_dead_letter.clone_from(&s.last_dead_letter);
+    }
+    total.last_checkpoint_at = total.last_checkpoint_at.max(s.last_checkpoint_at);
+    if s.last_error.as_ref().map(|e| e.0) > total.last_error.as_ref().map(|e| e.0) {
+        total.last_error.clone_from(&s.last_error);
+    }
 }
 
 fn is_fenced(e: &RuntimeError) -> bool {
@@ -383,7 +412,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             && opening.is_empty()
             && tasks.open.values().all(|t| t.finished)
         {
-            report(&tasks, &mut opts);
+            report(&mut tasks, &mut opts);
             // Closed, so leaving (a revocation) has nothing to hand over.
             for (_, mut t) in std::mem::take(&mut tasks.open) {
                 let _ = t.sink.close();
@@ -393,7 +422,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             return Ok(RunEnd::Finished);
         }
         if last_report.elapsed() >= opts.report_every {
-            report(&tasks, &mut opts);
+            report(&mut tasks, &mut opts);
             last_report = Instant::now();
         }
     }
@@ -408,9 +437,15 @@ fn records_read(tasks: &Tasks) -> u64 {
         .sum()
 }
 
-fn report(tasks: &Tasks, opts: &mut RunOptions<'_>) {
+fn report(tasks: &mut Tasks, opts: &mut RunOptions<'_>) {
     let mut total = tasks.handed_over.clone();
-    for (&kind, t) in &tasks.open {
+    // Counters add up over the tasks this member held; what it holds now
+    // (partitions, state) comes from its open tasks alone.
+    total.partitions.clear();
+    total.operators.clear();
+    total.store_disk_bytes = 0;
+    for (&kind, t) in &mut tasks.open {
+        t.pipeline.refresh_stats();
         add(&mut total, kind, &t.pipeline.stats);
     }
     // The slowest task's: what every closed window is older than.
