@@ -19,7 +19,7 @@ use crate::operator::over::OverOperator;
 use crate::operator::rank::RankOperator;
 use crate::operator::regroup::RegroupOperator;
 use crate::operator::session::SessionOperator;
-use crate::operator::window::WindowOperator;
+use crate::operator::window::{TABLE_FAMILY, WindowOperator};
 use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, StampedBatch};
 use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
 use crate::progress::{PartitionProgress, Progress, source_of};
@@ -81,9 +81,15 @@ impl Query {
                     Emitter::new(a, Arc::clone(&plan.output_schema), plan.key_columns.clone());
                 let schema = Arc::clone(&plan.input_schema);
                 Some(match a.window {
-                    Some(WindowSpec::Tumble { .. }) | Some(WindowSpec::Hop { .. }) => Box::new(
-                        WindowOperator::new(a, &plan.options, emitter, schema, store)?,
-                    ),
+                    Some(WindowSpec::Tumble { .. }) | Some(WindowSpec::Hop { .. }) => {
+                        Box::new(WindowOperator::new(
+                            a,
+                            &plan.options,
+                            emitter,
+                            schema,
+                            store.map(|s| (s, TABLE_FAMILY)),
+                        )?)
+                    }
                     Some(WindowSpec::Session { .. }) => {
                         Box::new(SessionOperator::new(a, &plan.options, emitter, schema)?)
                     }
@@ -140,6 +146,7 @@ impl Query {
                 Arc::clone(&plan.input_schema),
                 &plan.sources,
                 &plan.options,
+                store.map(|s| (s, "join/")),
             )?),
             None => None,
         };
@@ -419,29 +426,44 @@ impl Query {
     /// Between batches and after the watermark was handled, so no group
     /// waits to be emitted.
     fn enforce_memory(&mut self) -> Result<()> {
-        let (Some(budget), Some(store), Some(op)) = (
-            self.state.memory,
-            self.state.store.as_ref(),
-            self.operator.as_mut(),
-        ) else {
+        let (Some(budget), Some(store)) = (self.state.memory, self.state.store.as_ref()) else {
             return Ok(());
         };
         let store_memory = store.if_open(|s| s.memory()).unwrap_or(0);
-        if op.state_size() + store_memory <= budget {
+        let operator = self.operator.as_ref().map_or(0, |o| o.state_size());
+        // A join's own rows stay in memory; its sides' aggregations spill.
+        let sides = self.join.as_ref().map_or(0, JoinNode::spillable);
+        let fixed = self
+            .join
+            .as_ref()
+            .map_or(0, |j| j.state_size())
+            .saturating_sub(sides);
+        if operator + sides + fixed + store_memory <= budget {
             return Ok(());
         }
         // Down to 60% of the budget: an eviction rebuilds what stays in
-        // memory, so it evicts in large steps.
-        let target = (budget / 10 * 6).saturating_sub(store_memory);
-        let Evicted {
-            groups,
-            bytes_written,
-            ..
-        } = op.spill(target)?;
-        if groups > 0 {
+        // memory, so it evicts in large steps. Each part keeps its share.
+        let target = (budget / 10 * 6).saturating_sub(store_memory + fixed);
+        let share =
+            |part: usize| (target as f64 * part as f64 / (operator + sides) as f64) as usize;
+        let mut evicted = Evicted::default();
+        for e in [
+            match self.operator.as_mut() {
+                Some(op) => op.spill(share(operator))?,
+                None => Evicted::default(),
+            },
+            match self.join.as_mut() {
+                Some(j) => j.spill(share(sides))?,
+                None => Evicted::default(),
+            },
+        ] {
+            evicted.groups += e.groups;
+            evicted.bytes_written += e.bytes_written;
+        }
+        if evicted.groups > 0 {
             self.spilled.spills += 1;
-            self.spilled.groups += groups as u64;
-            self.spilled.bytes_written += bytes_written;
+            self.spilled.groups += evicted.groups as u64;
+            self.spilled.bytes_written += evicted.bytes_written;
         }
         Ok(())
     }

@@ -19,13 +19,14 @@ use super::emit::Emitter;
 use super::eval::{eval_array, eval_predicate};
 use super::join::{JoinOperator, Joined};
 use super::rollup::roll_up;
-use super::window::WindowOperator;
+use super::window::{TABLE_FAMILY, WindowOperator};
 use super::{Operator, OperatorSnapshot, Output};
 use crate::error::{EngineError, Result};
 use crate::plan::{EventTime, JoinKind, JoinPlan, QueryOptions, SideInput, SourceTable};
 use crate::progress::PartitionProgress;
 use crate::query::{JoinLateness, stamp};
-use crate::state::StateEntry;
+use crate::state::keyed::Evicted;
+use crate::state::{SharedStore, StateEntry};
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
 
 /// What feeds one side of a join.
@@ -36,6 +37,16 @@ enum Feed {
     Windows(Box<dyn Operator>),
     /// An inner join, whose emitted rows join.
     Join(Box<JoinNode>),
+}
+
+impl Feed {
+    fn spillable(&self) -> usize {
+        match self {
+            Feed::Rows => 0,
+            Feed::Windows(op) => op.state_size(),
+            Feed::Join(node) => node.spillable(),
+        }
+    }
 }
 
 pub struct JoinNode {
@@ -68,9 +79,13 @@ impl JoinNode {
         schema: SchemaRef,
         sources: &[SourceTable],
         options: &QueryOptions,
+        store: Option<(&SharedStore, &str)>,
     ) -> Result<Self> {
         let mut feeds = [Feed::Rows, Feed::Rows];
-        for (feed, side) in feeds.iter_mut().zip(&plan.sides) {
+        for (s, (feed, side)) in feeds.iter_mut().zip(&plan.sides).enumerate() {
+            // Each side's windows have tables of their own: `<path><side>/window/…`.
+            let path = store.map(|(st, p)| (st, format!("{p}{s}/")));
+            let family = path.as_ref().map(|(_, p)| format!("{p}{TABLE_FAMILY}"));
             *feed = match &side.input {
                 SideInput::Rows { .. } => Feed::Rows,
                 SideInput::Windows {
@@ -94,7 +109,9 @@ impl JoinNode {
                         &options,
                         emitter,
                         Arc::clone(&input.schema),
-                        None,
+                        path.as_ref()
+                            .zip(family.as_deref())
+                            .map(|((st, _), f)| (*st, f)),
                     )?))
                 }
                 SideInput::Join { plan: inner, .. } => {
@@ -105,7 +122,13 @@ impl JoinNode {
                             .flat_map(|s| s.schema.fields().iter().cloned())
                             .collect::<Vec<_>>(),
                     ));
-                    Feed::Join(Box::new(JoinNode::new(inner, schema, sources, options)?))
+                    Feed::Join(Box::new(JoinNode::new(
+                        inner,
+                        schema,
+                        sources,
+                        options,
+                        path.as_ref().map(|(st, p)| (*st, p.as_str())),
+                    )?))
                 }
             };
         }
@@ -359,6 +382,35 @@ impl JoinNode {
             }
         }
         Ok(())
+    }
+
+    /// Moves the side aggregations' cold state to the store until about
+    /// `target` bytes of theirs are held (each keeping its share); the
+    /// join's own rows stay in memory.
+    pub fn spill(&mut self, target: usize) -> Result<Evicted> {
+        let sizes: Vec<usize> = self.feeds.iter().map(Feed::spillable).collect();
+        let held: usize = sizes.iter().sum();
+        let mut done = Evicted::default();
+        if held <= target {
+            return Ok(done);
+        }
+        for (feed, size) in self.feeds.iter_mut().zip(sizes) {
+            let share = (target as f64 * size as f64 / held as f64) as usize;
+            let e = match feed {
+                Feed::Rows => Evicted::default(),
+                Feed::Windows(op) => op.spill(share)?,
+                Feed::Join(node) => node.spill(share)?,
+            };
+            done.groups += e.groups;
+            done.written += e.written;
+            done.bytes_written += e.bytes_written;
+        }
+        Ok(done)
+    }
+
+    /// Bytes of the side aggregations' state (what [`Self::spill`] can move).
+    pub fn spillable(&self) -> usize {
+        self.feeds.iter().map(Feed::spillable).sum()
     }
 
     pub fn state_size(&self) -> usize {

@@ -58,8 +58,9 @@ impl Grid {
     }
 }
 
-/// Prefix of the store tables of windows' states.
-const TABLE_FAMILY: &str = "window/";
+/// Prefix of the store tables of a query's windows (a join side's windows
+/// add the side's path before it).
+pub const TABLE_FAMILY: &str = "window/";
 
 /// Above this size a window's state goes to the durable store at a
 /// checkpoint (its changes from then on) rather than whole into it.
@@ -70,6 +71,8 @@ struct StateFactory {
     key_fields: Vec<FieldRef>,
     specs: Vec<AggregateSpec>,
     store: Option<SharedStore>,
+    /// Prefix of the windows' table names.
+    family: String,
 }
 
 impl StateFactory {
@@ -79,7 +82,7 @@ impl StateFactory {
         let state = KeyedState::new(&self.key_fields, &self.specs, false, false)?;
         match (&self.store, start) {
             (Some(store), Some(start)) => {
-                state.with_store(store.clone(), &format!("{TABLE_FAMILY}{start}"))
+                state.with_store(store.clone(), &format!("{}{start}", self.family))
             }
             _ => Ok(state),
         }
@@ -205,8 +208,12 @@ impl WindowOperator {
         options: &QueryOptions,
         emitter: Emitter,
         source_schema: SchemaRef,
-        store: Option<&SharedStore>,
+        store: Option<(&SharedStore, &str)>,
     ) -> Result<Self> {
+        let (store, family) = match store {
+            Some((s, f)) => (Some(s), f.to_string()),
+            None => (None, String::new()),
+        };
         let (size, slide) = match plan.window {
             Some(WindowSpec::Tumble { size }) => (size, size),
             Some(WindowSpec::Hop { slide, size }) => (size, slide),
@@ -215,7 +222,7 @@ impl WindowOperator {
         if let Some(store) = store.filter(|s| s.is_durable()) {
             // Declared before a restore, which brings the windows' tables back.
             let values = KeyedState::snapshot_schema(&plan.group_fields, &plan.aggregates)?;
-            store.with(|s| Ok(s.table_family(TABLE_FAMILY, values)?))?;
+            store.with(|s| Ok(s.table_family(&family, values)?))?;
         }
         // Parallel folding needs partial states that merge exactly.
         let threads = if plan.aggregates.iter().all(is_order_independent) {
@@ -236,6 +243,7 @@ impl WindowOperator {
                 key_fields: plan.group_fields.clone(),
                 specs: plan.aggregates.clone(),
                 store: store.cloned(),
+                family,
             },
             store_durable: store.is_some_and(SharedStore::is_durable),
             open: BTreeMap::new(),
@@ -608,7 +616,7 @@ mod tests {
             &plan.options,
             emitter,
             Arc::clone(&plan.input_schema),
-            store,
+            store.map(|s| (s, TABLE_FAMILY)),
         )
         .unwrap()
     }
