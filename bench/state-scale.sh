@@ -47,6 +47,20 @@ run() {
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" "${query[@]}" -q "$@" > "$out"
   awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time"
 }
+# checkpoint_medians LOG [FIRST]: "bytes ms", the medians over the debug log's "checkpoint
+# written" lines (its first FIRST only, when given). Builds before the state store log only the
+# checkpoint's bytes (the whole state), later ones the bytes it wrote.
+checkpoint_medians() {
+  "$PY" - "$1" "${2:-0}" <<'PY'
+import re, statistics, sys
+fields = [dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", l)))
+          for l in open(sys.argv[1]) if "checkpoint written" in l]
+first = int(sys.argv[2])
+fields = fields[:first] if first else fields
+written = statistics.median(int(f.get("written", f["bytes"])) for f in fields)
+print(f"{written:.0f} {statistics.median(float(f['ms']) for f in fields):.0f}")
+PY
+}
 builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
 bin_of() { if [[ $1 == before ]]; then echo "$BEFORE"; else echo "$UBIK"; fi; }
 
@@ -110,19 +124,10 @@ PY
         UBIK_LOG=ubik_runtime::pipeline=debug "$bin" run "$Q" -q --from "$(demo $((at + 5 * STEP)) "$K")" \
           --checkpoint "$WORK/ck" --checkpoint-every "$STEP" --batch-size "$STEP" --checkpoint-interval 1h --emit-interval 10ms --lateness 0s \
           2> "$WORK/ck.log" > /dev/null
-        "$PY" - "$WORK/ck.log" "$K" "$build" "$(du -sb "$WORK/ck" | cut -f1)" <<'PY'
-import re, statistics, sys
-rows = []
-for line in open(sys.argv[1]):
-    if "checkpoint written" not in line:
-        continue
-    f = dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", line)))
-    rows.append((int(f.get("written", f["bytes"])), float(f["ms"])))
-rows = rows[:5]  # the checkpoint at the end of input changed nothing more
-w = statistics.median(r[0] for r in rows)
-ms = statistics.median(r[1] for r in rows)
-print(f"| {int(sys.argv[2]):,} | {sys.argv[3]} | {int(sys.argv[4]) / 1e6:.0f} MB | {w / 1e6:.1f} MB | {ms:.0f} |")
-PY
+        # The first 5: the checkpoint at the end of input changed nothing more.
+        read -r w ms < <(checkpoint_medians "$WORK/ck.log" 5)
+        awk -v k="$K" -v b="$build" -v d="$(du -sb "$WORK/ck" | cut -f1)" -v w="$w" -v ms="$ms" \
+          'BEGIN { printf "| %d | %s | %.0f MB | %.1f MB | %d |\n", k, b, d / 1e6, w / 1e6, ms }'
       done
     done
     ;;
@@ -218,15 +223,8 @@ PY
       read -r s _ < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=$WORK/tumble.sql run "$(bin_of "$build")" "$WORK/tumble-$build.jsonl" \
         --from "$(demo "$N" "$K" $((N / 3000)))" --checkpoint "$WORK/wck" --checkpoint-every "$STEP" \
         --batch-size "$STEP" --checkpoint-interval 1h 2> "$WORK/wck.log")
-      "$PY" - "$WORK/wck.log" "$build" "$s" <<'PY'
-import re, statistics, sys
-fields = [dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", l)))
-          for l in open(sys.argv[1]) if "checkpoint written" in l]
-# Builds before the state store log only the checkpoint's bytes (the whole state).
-written = statistics.median(int(f.get("written", f["bytes"])) for f in fields)
-ms = statistics.median(float(f["ms"]) for f in fields)
-print(f"| {sys.argv[2]} | {written / 1e6:.1f} MB | {ms:.0f} | {sys.argv[3]}s |")
-PY
+      read -r w ms < <(checkpoint_medians "$WORK/wck.log")
+      awk -v b="$build" -v w="$w" -v ms="$ms" -v s="$s" 'BEGIN { printf "| %s | %.1f MB | %d | %ss |\n", b, w / 1e6, ms, s }'
     done
     [[ -z ${BEFORE:-} ]] || cmp "$WORK/tumble-before.jsonl" "$WORK/tumble-after.jsonl"
     ;;

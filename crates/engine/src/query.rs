@@ -87,7 +87,7 @@ impl Query {
                             &plan.options,
                             emitter,
                             schema,
-                            store.map(|s| (s, TABLE_FAMILY)),
+                            store.map(|s| (s, TABLE_FAMILY.to_string())),
                         )?)
                     }
                     Some(WindowSpec::Session { .. }) => {
@@ -447,18 +447,11 @@ impl Query {
         let share =
             |part: usize| (target as f64 * part as f64 / (operator + sides) as f64) as usize;
         let mut evicted = Evicted::default();
-        for e in [
-            match self.operator.as_mut() {
-                Some(op) => op.spill(share(operator))?,
-                None => Evicted::default(),
-            },
-            match self.join.as_mut() {
-                Some(j) => j.spill(share(sides))?,
-                None => Evicted::default(),
-            },
-        ] {
-            evicted.groups += e.groups;
-            evicted.bytes_written += e.bytes_written;
+        if let Some(op) = self.operator.as_mut() {
+            evicted += op.spill(share(operator))?;
+        }
+        if let Some(j) = self.join.as_mut() {
+            evicted += j.spill(share(sides))?;
         }
         if evicted.groups > 0 {
             self.spilled.spills += 1;

@@ -212,7 +212,7 @@ fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
         }));
     total.store_disk_bytes += s.store_disk_bytes;
     for (reason, n) in &s.dead_letter_reasons {
-        *total.dead_letter_reasons.entry(reason.clone()).or_default() += n;
+        *total.dead_letter_reasons.entry(reason).or_default() += n;
     }
     if s.last_dead_letter.is_some() {
         total.last_dead_letter.clone_from(&s.last_dead_letter);

@@ -68,7 +68,7 @@ pub struct Stats {
     pub store_disk_bytes: u64,
     pub last_checkpoint_at: Option<SystemTime>,
     /// Dead letters by reason code, and the last one's message.
-    pub dead_letter_reasons: BTreeMap<String, u64>,
+    pub dead_letter_reasons: BTreeMap<&'static str, u64>,
     pub last_dead_letter: Option<String>,
     /// The last error the pipeline recovered from, and when.
     pub last_error: Option<(SystemTime, String)>,
@@ -93,14 +93,15 @@ pub struct OperatorStatus {
 }
 
 impl Stats {
-    /// Counts a dead letter under its reason code.
-    fn dead_lettered(&mut self, reason: &str, message: &str) {
+    /// Counts a dead letter under its reason code (no allocation per
+    /// dead letter: the last one's text reuses its buffer).
+    fn dead_lettered(&mut self, reason: &'static str, message: &str) {
+        use std::fmt::Write;
         self.dead_letters += 1;
-        *self
-            .dead_letter_reasons
-            .entry(reason.to_string())
-            .or_default() += 1;
-        self.last_dead_letter = Some(format!("{reason}: {message}"));
+        *self.dead_letter_reasons.entry(reason).or_default() += 1;
+        let last = self.last_dead_letter.get_or_insert_with(String::new);
+        last.clear();
+        let _ = write!(last, "{reason}: {message}");
     }
 }
 

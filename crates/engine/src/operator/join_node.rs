@@ -85,7 +85,6 @@ impl JoinNode {
         for (s, (feed, side)) in feeds.iter_mut().zip(&plan.sides).enumerate() {
             // Each side's windows have tables of their own: `<path><side>/window/…`.
             let path = store.map(|(st, p)| (st, format!("{p}{s}/")));
-            let family = path.as_ref().map(|(_, p)| format!("{p}{TABLE_FAMILY}"));
             *feed = match &side.input {
                 SideInput::Rows { .. } => Feed::Rows,
                 SideInput::Windows {
@@ -110,8 +109,7 @@ impl JoinNode {
                         emitter,
                         Arc::clone(&input.schema),
                         path.as_ref()
-                            .zip(family.as_deref())
-                            .map(|((st, _), f)| (*st, f)),
+                            .map(|(st, p)| (*st, format!("{p}{TABLE_FAMILY}"))),
                     )?))
                 }
                 SideInput::Join { plan: inner, .. } => {
@@ -396,14 +394,11 @@ impl JoinNode {
         }
         for (feed, size) in self.feeds.iter_mut().zip(sizes) {
             let share = (target as f64 * size as f64 / held as f64) as usize;
-            let e = match feed {
+            done += match feed {
                 Feed::Rows => Evicted::default(),
                 Feed::Windows(op) => op.spill(share)?,
                 Feed::Join(node) => node.spill(share)?,
             };
-            done.groups += e.groups;
-            done.written += e.written;
-            done.bytes_written += e.bytes_written;
         }
         Ok(done)
     }

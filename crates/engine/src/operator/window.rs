@@ -70,9 +70,8 @@ const INLINE_STATE_LIMIT: usize = 4 << 20;
 struct StateFactory {
     key_fields: Vec<FieldRef>,
     specs: Vec<AggregateSpec>,
-    store: Option<SharedStore>,
-    /// Prefix of the windows' table names.
-    family: String,
+    /// The store, and the prefix of the windows' table names in it.
+    store: Option<(SharedStore, String)>,
 }
 
 impl StateFactory {
@@ -81,8 +80,8 @@ impl StateFactory {
     fn create(&self, start: Option<i64>) -> Result<KeyedState> {
         let state = KeyedState::new(&self.key_fields, &self.specs, false, false)?;
         match (&self.store, start) {
-            (Some(store), Some(start)) => {
-                state.with_store(store.clone(), &format!("{}{start}", self.family))
+            (Some((store, family)), Some(start)) => {
+                state.with_store(store.clone(), &format!("{family}{start}"))
             }
             _ => Ok(state),
         }
@@ -110,8 +109,6 @@ pub struct WindowOperator {
     eval: AggEvaluator,
     emitter: Emitter,
     factory: StateFactory,
-    /// Checkpoints may keep windows' groups in the store.
-    store_durable: bool,
     open: BTreeMap<i64, KeyedState>,
     /// Per extra thread: partial states of open windows, folded from part of
     /// large batches and merged into `open` before a window is read.
@@ -208,21 +205,17 @@ impl WindowOperator {
         options: &QueryOptions,
         emitter: Emitter,
         source_schema: SchemaRef,
-        store: Option<(&SharedStore, &str)>,
+        store: Option<(&SharedStore, String)>,
     ) -> Result<Self> {
-        let (store, family) = match store {
-            Some((s, f)) => (Some(s), f.to_string()),
-            None => (None, String::new()),
-        };
         let (size, slide) = match plan.window {
             Some(WindowSpec::Tumble { size }) => (size, size),
             Some(WindowSpec::Hop { slide, size }) => (size, slide),
             _ => return Err(EngineError::internal("window operator without TUMBLE/HOP")),
         };
-        if let Some(store) = store.filter(|s| s.is_durable()) {
+        if let Some((store, family)) = store.as_ref().filter(|(s, _)| s.is_durable()) {
             // Declared before a restore, which brings the windows' tables back.
             let values = KeyedState::snapshot_schema(&plan.group_fields, &plan.aggregates)?;
-            store.with(|s| Ok(s.table_family(&family, values)?))?;
+            store.with(|s| Ok(s.table_family(family, values)?))?;
         }
         // Parallel folding needs partial states that merge exactly.
         let threads = if plan.aggregates.iter().all(is_order_independent) {
@@ -242,10 +235,8 @@ impl WindowOperator {
             factory: StateFactory {
                 key_fields: plan.group_fields.clone(),
                 specs: plan.aggregates.clone(),
-                store: store.cloned(),
-                family,
+                store: store.map(|(s, family)| (s.clone(), family)),
             },
-            store_durable: store.is_some_and(SharedStore::is_durable),
             open: BTreeMap::new(),
             partials: (1..threads.max(1)).map(|_| BTreeMap::new()).collect(),
             closed: BTreeMap::new(),
@@ -255,6 +246,23 @@ impl WindowOperator {
 
     fn new_state(&self, start: i64) -> Result<KeyedState> {
         self.factory.create(Some(start))
+    }
+
+    /// The state of the window at `start` from a checkpoint's `batch` (and
+    /// the store, restored before).
+    fn restored_state(&self, start: i64, batch: &RecordBatch) -> Result<KeyedState> {
+        let mut state = self.new_state(start)?;
+        state.restore(batch)?;
+        state.store_restored()?;
+        Ok(state)
+    }
+
+    /// Whether checkpoints may keep windows' groups in the store.
+    fn store_durable(&self) -> bool {
+        self.factory
+            .store
+            .as_ref()
+            .is_some_and(|(s, _)| s.is_durable())
     }
 
     /// Merges the partial states of open windows starting before `until` into `open`.
@@ -471,7 +479,7 @@ impl Operator for WindowOperator {
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
         self.merge_partials(i64::MAX)?;
         let mut batches = Vec::new();
-        let durable = self.store_durable;
+        let durable = self.store_durable();
         let open = self.open.iter_mut().map(|(s, w)| (StateEntry::Open(*s), w));
         let closed = self
             .closed
@@ -494,15 +502,11 @@ impl Operator for WindowOperator {
         for (entry, batch) in snapshot.batches {
             match entry {
                 StateEntry::Open(start) => {
-                    let mut state = self.new_state(start)?;
-                    state.restore(&batch)?;
-                    state.store_restored()?;
+                    let state = self.restored_state(start, &batch)?;
                     self.open.insert(start, state);
                 }
                 StateEntry::Closed(start) => {
-                    let mut state = self.new_state(start)?;
-                    state.restore(&batch)?;
-                    state.store_restored()?;
+                    let mut state = self.restored_state(start, &batch)?;
                     state.set_track_dirty(true);
                     self.closed.insert(start, state);
                 }
@@ -534,11 +538,6 @@ impl Operator for WindowOperator {
         }
         self.merge_partials(i64::MAX)?;
         let mut done = Evicted::default();
-        let mut add = |e: Evicted| {
-            done.groups += e.groups;
-            done.written += e.written;
-            done.bytes_written += e.bytes_written;
-        };
         let target = target.saturating_sub(self.pending.size());
         let open: usize = self.open.values().map(KeyedState::size).sum();
         let mut held = open + self.closed.values().map(KeyedState::size).sum::<usize>();
@@ -547,7 +546,7 @@ impl Operator for WindowOperator {
                 return Ok(done);
             }
             let before = state.size();
-            add(state.evict(0)?);
+            done += state.evict(0)?;
             held = held - before + state.size();
         }
         if held <= target || open == 0 {
@@ -555,7 +554,7 @@ impl Operator for WindowOperator {
         }
         let share = (target.saturating_sub(held - open)) as f64 / open as f64;
         for state in self.open.values_mut() {
-            add(state.evict((state.size() as f64 * share) as usize)?);
+            done += state.evict((state.size() as f64 * share) as usize)?;
         }
         Ok(done)
     }
@@ -616,7 +615,7 @@ mod tests {
             &plan.options,
             emitter,
             Arc::clone(&plan.input_schema),
-            store.map(|s| (s, TABLE_FAMILY)),
+            store.map(|s| (s, TABLE_FAMILY.to_string())),
         )
         .unwrap()
     }

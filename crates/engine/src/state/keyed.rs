@@ -77,6 +77,15 @@ pub struct Evicted {
     pub bytes_written: u64,
 }
 
+/// Evictions of several states add up.
+impl std::ops::AddAssign for Evicted {
+    fn add_assign(&mut self, other: Evicted) {
+        self.groups += other.groups;
+        self.written += other.written;
+        self.bytes_written += other.bytes_written;
+    }
+}
+
 pub struct KeyedState {
     interner: Interner,
     accs: Vec<Box<dyn StreamAccumulator>>,
