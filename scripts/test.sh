@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Runs every check and test of ubik: formatting, clippy, the Rust unit,
 # golden SQL, oracle-property, crash and Kafka tests (against a real Apache
-# Kafka broker), and the Python package's tests (pytest, pyarrow, deltalake,
-# DuckDB as the oracle), and the status page in headless Chromium. The broker,
+# Kafka broker and a real Confluent-compatible schema registry, Apicurio), and
+# the Python package's tests (pytest, pyarrow, deltalake, DuckDB as the
+# oracle), and the status page in headless Chromium. The broker, the registry,
 # the Python environment and Chromium (Debian's package) are installed and
-# started by this script, idempotently.
+# started by this script, idempotently; a broker or registry it started is
+# stopped when it exits.
 #
 #   scripts/test.sh                               everything
-#   UBIK_TEST_SKIP=kafka,python,browser scripts/test.sh   skip suites (comma-separated)
+#   UBIK_TEST_SKIP=kafka,registry,python,browser scripts/test.sh   skip suites (comma-separated)
+#
+# The tests find the broker in UBIK_TEST_KAFKA (host:port) and the registry in
+# UBIK_TEST_REGISTRY (its Confluent API's base URL).
 #
 # One compilation serves everything: every cargo command selects the whole
 # workspace with the same features (so dependencies are built once, with one
@@ -28,8 +33,8 @@ RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v c
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
-# A fresh run needs about 5 GiB (target/ 4, the broker and the Python
-# environment 1). Running out mid-build fails as a linker crash, so say it first.
+# A fresh run needs about 5 GiB (target/ 4, the broker, the registry and the
+# Python environment 1). Running out mid-build fails as a linker crash, so say it first.
 free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
 if ((free_kib < 6 * 1024 * 1024)); then
   echo "test.sh: only $((free_kib / 1024)) MiB free on $(df -P . | awk 'NR == 2 { print $6 }'); a fresh run needs about 6 GiB (free some, e.g. old target/ directories)" >&2
@@ -42,13 +47,23 @@ cargo fmt --all -- --check
 step "build every target, linted by clippy -D warnings"
 cargo build "${WORKSPACE[@]}" --all-targets --quiet
 
+# Servers (their scripts) this run started: one EXIT trap stops them all, the
+# last started first, however the run ends.
+started_servers=()
+stop_started_servers() {
+  local i
+  for ((i = ${#started_servers[@]} - 1; i >= 0; i--)); do
+    "${started_servers[i]}" stop || true
+  done
+}
+trap stop_started_servers EXIT
+
 if ! skip kafka; then
   step "Kafka broker (Apache Kafka 4.x, KRaft, loopback)"
-  started_broker=
   # A broker this run starts begins empty: topics of earlier runs (thousands
   # of partitions) would only slow its start, and the broker-restart test.
   if ! testing/kafka/broker.sh status >/dev/null 2>&1; then
-    started_broker=1
+    started_servers+=(testing/kafka/broker.sh)
     testing/kafka/broker.sh clean
   fi
   testing/kafka/broker.sh start
@@ -56,7 +71,19 @@ if ! skip kafka; then
   testing/kafka/broker.sh check-format
   UBIK_TEST_KAFKA=$(testing/kafka/broker.sh address)
   export UBIK_TEST_KAFKA
-  [[ -n $started_broker ]] && trap 'testing/kafka/broker.sh stop' EXIT
+fi
+
+if ! skip registry; then
+  step "Schema registry (Apicurio Registry 2.x, Confluent API, in memory, loopback)"
+  # A registry this run starts begins empty (its storage is in memory); one
+  # already running may hold subjects of earlier runs, so tests use subject
+  # names of their own.
+  if ! testing/registry/registry.sh status >/dev/null 2>&1; then
+    started_servers+=(testing/registry/registry.sh)
+  fi
+  testing/registry/registry.sh start
+  UBIK_TEST_REGISTRY=$(testing/registry/registry.sh address)
+  export UBIK_TEST_REGISTRY
 fi
 
 if ! skip browser; then

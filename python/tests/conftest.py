@@ -102,3 +102,20 @@ def kafka_broker():
     except KafkaException as e:
         pytest.fail(f"the test broker UBIK_TEST_KAFKA={broker} is unreachable: {e}")
     return broker
+
+
+@pytest.fixture(scope="session")
+def registry():
+    """The Confluent-compatible base URL of the test schema registry
+    (scripts/test.sh starts it and exports UBIK_TEST_REGISTRY); skipped
+    like the broker, only on a developer's request and never on CI."""
+    ci = bool(os.environ.get("CI"))
+    if _skipping("registry"):
+        if ci:
+            pytest.fail("UBIK_TEST_SKIP contains registry, but CI is set: CI runs the registry tests")
+        pytest.skip("UBIK_TEST_SKIP contains registry")
+    url = os.environ.get("UBIK_TEST_REGISTRY")
+    if not url:
+        pytest.fail("UBIK_TEST_REGISTRY is not set: run scripts/test.sh (it starts the test registry and sets it), "
+                    "or set UBIK_TEST_SKIP=registry to skip the registry tests")
+    return url

@@ -32,28 +32,12 @@ die() { echo "broker.sh: $*" >&2; exit 1; }
 # Serialise install/start/stop: parallel test jobs may share the cache and the broker.
 lock() { mkdir -p "$CACHE"; exec 9>"$CACHE/kafka.lock"; flock 9; }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 # Whether pid $1 is our broker on $PORT. Not `kill -0`: that is true for a zombie (and the pid
 # may have been reused); a zombie's cmdline is empty.
 alive() { tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "kafka.Kafka $STATE/server.properties"; }
 
-# Whether pid $1 has not finished exiting: its cmdline empties early in the exit, before its
-# sockets and files are released; a zombie (state Z) holds nothing any more.
-running() { local st; st=$(sed 's/.*) //' 2>/dev/null "/proc/$1/stat") && [[ ${st:0:1} != Z ]]; }
-
-# Prints the pid of the broker this script started on $PORT, if it is alive. A stale pid file
-# (reboot, kill -9, pid reused by another program) is removed.
-our_pid() {
-  local pid
-  pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
-  if [[ $pid =~ ^[0-9]+$ ]] && alive "$pid"; then
-    echo "$pid"
-  else
-    rm -f "$PIDFILE"
-    return 1
-  fi
-}
+# shellcheck source=../jvm-service.sh
+source "$HERE/../jvm-service.sh"
 
 install() {
   local sum
@@ -214,21 +198,8 @@ start() {
 }
 
 stop() {
-  local pid i
-  pid=$(our_pid) || return 0
-  kill "$pid"
   # A clean shutdown takes ~0.4 s (~3 s when it dumps the class archive); give it 30 s.
-  for ((i = 0; i < 300; i++)); do
-    running "$pid" || break
-    sleep 0.1
-  done
-  if running "$pid"; then
-    kill -9 "$pid"
-    while running "$pid"; do sleep 0.1; done
-    rm -f "$STATE/classes.jsa" # possibly half written
-  fi
-  rm -f "$PIDFILE"
-  [[ ! -f $STATE/classes.jsa ]] || mv "$STATE/classes.jsa" "$JSA"
+  stop_server 30
 }
 
 case ${1:-} in

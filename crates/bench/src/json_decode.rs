@@ -10,6 +10,10 @@
 //! thread, by both decoders in alternating rounds (five each); the figure
 //! per decoder is its best round. All must give the same rows (in the columns
 //! read).
+//!
+//! The same rows encoded as Confluent-framed Avro (as `format=avro` writes
+//! them) are decoded by the Avro decoder in the same rounds, whole and
+//! reading COLUMNS: `avro_records_per_s` and `avro_vs_one_pass`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +23,7 @@ use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::Schema;
 use serde_json::json;
 use ubik_connectors::nexmark::{NexmarkOptions, NexmarkSource, NexmarkTable};
+use ubik_format::RecordDecoder;
 use ubik_format::changelog::ChangelogEncoder;
 use ubik_format::json::JsonDecoder;
 
@@ -51,8 +56,41 @@ fn encoded(table: NexmarkTable, events: u64) -> Result<Vec<Vec<u8>>> {
     Ok(records)
 }
 
+/// The same rows as Confluent-framed Avro values (schema id 1), and the schema.
+fn avro_encoded(
+    table: NexmarkTable,
+    events: u64,
+    schema: &Schema,
+) -> Result<(Vec<Vec<u8>>, String)> {
+    let mut source = NexmarkSource::new(
+        table,
+        NexmarkOptions {
+            events,
+            ..NexmarkOptions::default()
+        },
+    );
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let avro = ubik_avro::encode::record_schema(schema, &all, "bench_value")?.to_string();
+    let mut encoder = ubik_avro::AvroChangelogEncoder::with_ids(Vec::new(), false, 0, 1);
+    let mut records = Vec::new();
+    while let Some(batch) = next_batch(&mut source)? {
+        let batch = RecordBatch::try_new(Arc::new(schema.clone()), batch.columns().to_vec())?;
+        let times = Int64Array::from(vec![0; batch.num_rows()]);
+        encoder
+            .encode_parts(&batch, None, &times, &mut |r| {
+                records.push(r.value.unwrap_or_default().to_vec());
+                Ok::<_, ()>(())
+            })?
+            .ok();
+    }
+    Ok((records, avro))
+}
+
 /// Seconds to decode every chunk, and the rows.
-fn round(decoder: &mut JsonDecoder, chunks: &[Vec<&[u8]>]) -> Result<(f64, Vec<RecordBatch>)> {
+fn round(
+    decoder: &mut dyn RecordDecoder,
+    chunks: &[Vec<&[u8]>],
+) -> Result<(f64, Vec<RecordBatch>)> {
     let start = Instant::now();
     let mut out = Vec::with_capacity(chunks.len());
     for chunk in chunks {
@@ -102,11 +140,49 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
             Some((d, reads))
         }
     };
+    let (avro_records, avro_schema) = avro_encoded(table, events, &schema)?;
+    let avro_bytes: usize = avro_records.iter().map(Vec::len).sum();
+    let avro_slices: Vec<&[u8]> = avro_records.iter().map(Vec::as_slice).collect();
+    let avro_chunks: Vec<Vec<&[u8]>> = avro_slices.chunks(CHUNK).map(<[_]>::to_vec).collect();
+    let writers = std::collections::BTreeMap::from([(1u32, avro_schema.clone())]);
+    let mut avro = ubik_avro::AvroDecoder::new(avro_schema.clone(), Box::new(writers.clone()))?;
+    let mut avro_reading = match &reading {
+        None => None,
+        Some((_, reads)) => {
+            let mut d = ubik_avro::AvroDecoder::new(avro_schema, Box::new(writers))?;
+            d.read_only(reads)?;
+            Some(d)
+        }
+    };
     let (mut best_one, mut best_general, mut best_reading) = (f64::MAX, f64::MAX, f64::MAX);
+    let (mut best_avro, mut best_avro_reading) = (f64::MAX, f64::MAX);
+    let same = |a: &[RecordBatch], b: &[RecordBatch], columns: &[usize]| {
+        a.iter().zip(b).all(|(x, y)| {
+            columns
+                .iter()
+                .all(|&c| x.column(c).to_data() == y.column(c).to_data())
+        })
+    };
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
     for _ in 0..ROUNDS {
         let (a, rows_a) = round(&mut one_pass, &chunks)?;
         let (b, rows_b) = round(&mut general, &chunks)?;
         ensure!(rows_a == rows_b, "the decoders' rows differ");
+        let (v, rows_v) = round(&mut avro, &avro_chunks)?;
+        ensure!(
+            same(&rows_a, &rows_v, &all),
+            "Avro gives other rows than JSON"
+        );
+        best_avro = best_avro.min(v);
+        if let (Some(d), Some((_, reads))) = (&mut avro_reading, &reading) {
+            let (w, rows_w) = round(d, &avro_chunks)?;
+            let read: Vec<usize> = (0..reads.len()).filter(|&i| reads[i]).collect();
+            ensure!(
+                same(&rows_a, &rows_w, &read),
+                "Avro reading some columns gives other values"
+            );
+            best_avro_reading = best_avro_reading.min(w);
+        }
         best_one = best_one.min(a);
         best_general = best_general.min(b);
         if let Some((d, reads)) = &mut reading {
@@ -126,11 +202,16 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
            "bytes_per_record": bytes as f64 / n,
            "one_pass_records_per_s": n / best_one, "arrow_json_records_per_s": n / best_general,
            "one_pass_ns_per_record": best_one * 1e9 / n, "arrow_json_ns_per_record": best_general * 1e9 / n,
-           "speedup": best_general / best_one});
+           "speedup": best_general / best_one,
+           "avro_bytes_per_record": avro_bytes as f64 / n,
+           "avro_records_per_s": n / best_avro, "avro_ns_per_record": best_avro * 1e9 / n,
+           "avro_vs_one_pass": best_one / best_avro});
     if let Some(columns) = columns {
         report["columns_read"] = json!(columns);
         report["one_pass_reading_ns_per_record"] = json!(best_reading * 1e9 / n);
         report["reading_speedup"] = json!(best_one / best_reading);
+        report["avro_reading_ns_per_record"] = json!(best_avro_reading * 1e9 / n);
+        report["avro_reading_vs_one_pass_reading"] = json!(best_reading / best_avro_reading);
     }
     println!("{report}");
     Ok(())

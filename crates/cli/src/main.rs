@@ -159,6 +159,7 @@ fn run(settings: RunSettings) -> Result<()> {
     let Opened {
         mut pipeline,
         mut sink,
+        encoder,
     } = ubik_runtime::open(spec)?;
     if to_kafka && !checkpointed {
         tracing::warn!("no --checkpoint: a restart reprocesses the input from its start offsets");
@@ -186,6 +187,7 @@ fn run(settings: RunSettings) -> Result<()> {
     let end = run_to_sink(
         &mut pipeline,
         sink.as_mut(),
+        encoder,
         RunOptions {
             commit_interval,
             commit_records,

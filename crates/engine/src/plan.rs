@@ -454,6 +454,15 @@ impl fmt::Display for QueryPlan {
         let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
         writeln!(f, "source: {}", names.join(", "))?;
         writeln!(f, "kind: {}", self.kind_name())?;
+        for s in &self.sources {
+            let columns: Vec<String> = s
+                .schema
+                .fields()
+                .iter()
+                .map(|c| format!("{} {}", c.name(), c.data_type()))
+                .collect();
+            writeln!(f, "columns of {}: {}", s.name, columns.join(", "))?;
+        }
         for s in self.sources.iter().filter(|s| s.reads.contains(&false)) {
             writeln!(f, "reads of {}: {}", s.name, s.read_names().join(", "))?;
         }

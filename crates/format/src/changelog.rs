@@ -11,8 +11,18 @@
 //! `\u00xx`) and everything else as raw UTF-8; binary as base64.
 //!
 //! Rows are written into reused buffers, cell by cell, with no JSON tree.
+//!
+//! [`ChangelogEncoder::connect`] writes Kafka Connect's `JsonConverter`
+//! envelope instead (`schemas.enable=true`): `{"schema":…,"payload":…}`
+//! for the key and the value, so a Connect sink gets typed rows without a
+//! registry. The schema is derived once from the result schema; payloads
+//! are the canonical cells, except that a TIMESTAMP is Connect's
+//! `Timestamp` (epoch milliseconds: the microseconds are cut) and a DATE its
+//! `Date` (days since the epoch). A DECIMAL is Connect's `Decimal` written
+//! as a JSON number, which `JsonConverter` reads whatever its
+//! `decimal.format`.
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::datatypes::*;
 use ubik_connector::ChangeBatch;
 use ubik_connector::time::{civil_from_days, write_rfc3339_micros};
@@ -29,6 +39,9 @@ pub struct ChangelogEncoder {
     keyed: bool,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// Kafka Connect's envelope heads, `{"schema":…,"payload":` for the key
+    /// and the value; `None`: plain canonical JSON.
+    connect: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl ChangelogEncoder {
@@ -50,6 +63,25 @@ impl ChangelogEncoder {
             keyed,
             key: Vec::with_capacity(256),
             value: Vec::with_capacity(1024),
+            connect: None,
+        }
+    }
+
+    /// An encoder writing Kafka Connect's JSON envelope (see the module docs).
+    pub fn connect(schema: &Schema, key_columns: Vec<usize>, keyed: bool) -> Self {
+        let head = |columns: &[usize]| {
+            let fields: Vec<serde_json::Value> = columns
+                .iter()
+                .map(|&c| connect_field(schema.field(c)))
+                .collect();
+            let schema = serde_json::json!({"type": "struct", "fields": fields, "optional": false});
+            format!("{{\"schema\":{schema},\"payload\":").into_bytes()
+        };
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let heads = (head(&key_columns), head(&all));
+        Self {
+            connect: Some(heads),
+            ..Self::new(schema, key_columns, keyed)
         }
     }
 
@@ -74,14 +106,18 @@ impl ChangelogEncoder {
         timestamps: &Int64Array,
         emit: &mut impl FnMut(Record<'_>) -> std::result::Result<(), E>,
     ) -> Result<std::result::Result<(), E>> {
+        let connect = self.connect.is_some();
         let writers = rows
             .columns()
             .iter()
-            .map(CellWriter::new)
+            .map(|c| CellWriter::of(c.as_ref(), connect))
             .collect::<Result<Vec<_>>>()?;
         for row in 0..rows.num_rows() {
             self.key.clear();
             if self.keyed {
+                if let Some((key_head, _)) = &self.connect {
+                    self.key.extend_from_slice(key_head);
+                }
                 self.key.push(b'{');
                 for (n, &c) in self.key_columns.iter().enumerate() {
                     if n > 0 {
@@ -91,10 +127,16 @@ impl ChangelogEncoder {
                     writers[c].write(row, &mut self.key);
                 }
                 self.key.push(b'}');
+                if connect {
+                    self.key.push(b'}');
+                }
             }
             let tombstone = deletes.is_some_and(|d| d.value(row));
             self.value.clear();
             if !tombstone {
+                if let Some((_, value_head)) = &self.connect {
+                    self.value.extend_from_slice(value_head);
+                }
                 self.value.push(b'{');
                 for (c, w) in writers.iter().enumerate() {
                     if c > 0 {
@@ -104,6 +146,9 @@ impl ChangelogEncoder {
                     w.write(row, &mut self.value);
                 }
                 self.value.push(b'}');
+                if connect {
+                    self.value.push(b'}');
+                }
             }
             let timestamp_ms = timestamps
                 .is_valid(row)
@@ -133,6 +178,8 @@ enum CellWriter<'a> {
     Binary(&'a dyn Array, fn(&dyn Array, usize) -> &[u8]),
     /// Microseconds per unit (multiply) or units per microsecond (divide).
     Timestamp(&'a dyn Array, fn(&dyn Array, usize) -> i64, TimeUnit),
+    /// A timestamp as Kafka Connect's: epoch milliseconds.
+    EpochMillis(&'a dyn Array, fn(&dyn Array, usize) -> i64, TimeUnit),
     Date32(&'a Date32Array),
     Date64(&'a Date64Array),
     Time(&'a dyn Array, DataType),
@@ -158,13 +205,15 @@ where
 }
 
 impl<'a> CellWriter<'a> {
-    fn new(array: &'a ArrayRef) -> Result<Self> {
-        Self::of(array.as_ref())
-    }
-
-    fn of(a: &'a dyn Array) -> Result<Self> {
+    /// A writer of `a`'s cells; `connect`: timestamps and dates as Kafka Connect's.
+    fn of(a: &'a dyn Array, connect: bool) -> Result<Self> {
         use DataType::*;
         Ok(match a.data_type() {
+            Date32 if connect => CellWriter::Int(a, int_writer::<Date32Type>),
+            Timestamp(unit, _) if connect => match Self::of(a, false)? {
+                CellWriter::Timestamp(a, value, _) => CellWriter::EpochMillis(a, value, *unit),
+                other => other,
+            },
             Null => CellWriter::Null,
             Boolean => CellWriter::Boolean(a.as_boolean()),
             Int8 => CellWriter::Int(a, int_writer::<Int8Type>),
@@ -213,15 +262,15 @@ impl<'a> CellWriter<'a> {
             Decimal256(_, s) => CellWriter::Decimal256(a.as_primitive(), *s),
             List(_) => {
                 let l = a.as_list::<i32>();
-                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref())?])
+                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref(), connect)?])
             }
             LargeList(_) => {
                 let l = a.as_list::<i64>();
-                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref())?])
+                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref(), connect)?])
             }
             FixedSizeList(_, _) => {
                 let l = a.as_fixed_size_list();
-                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref())?])
+                CellWriter::List(a, vec![CellWriter::of(l.values().as_ref(), connect)?])
             }
             Struct(fields) => {
                 let s = a.as_struct();
@@ -237,13 +286,13 @@ impl<'a> CellWriter<'a> {
                 let children = s
                     .columns()
                     .iter()
-                    .map(|c| CellWriter::of(c.as_ref()))
+                    .map(|c| CellWriter::of(c.as_ref(), connect))
                     .collect::<Result<Vec<_>>>()?;
                 CellWriter::Struct(s, names, children)
             }
             Dictionary(_, _) => {
                 let d = a.as_any_dictionary();
-                CellWriter::Dictionary(a, Box::new(CellWriter::of(d.values().as_ref())?))
+                CellWriter::Dictionary(a, Box::new(CellWriter::of(d.values().as_ref(), connect)?))
             }
             _ => CellWriter::Display(a),
         })
@@ -258,7 +307,7 @@ impl<'a> CellWriter<'a> {
             CellWriter::Float32(a) => *a,
             CellWriter::Str(a, _) => *a,
             CellWriter::Binary(a, _) => *a,
-            CellWriter::Timestamp(a, _, _) => *a,
+            CellWriter::Timestamp(a, _, _) | CellWriter::EpochMillis(a, _, _) => *a,
             CellWriter::Date32(a) => *a,
             CellWriter::Date64(a) => *a,
             CellWriter::Time(a, _) => *a,
@@ -308,6 +357,16 @@ impl<'a> CellWriter<'a> {
                 out.push(b'"');
                 write_rfc3339_micros(out, micros);
                 out.push(b'"');
+            }
+            CellWriter::EpochMillis(a, value, unit) => {
+                let v = value(*a, row);
+                let millis = match unit {
+                    TimeUnit::Second => v.saturating_mul(1000),
+                    TimeUnit::Millisecond => v,
+                    TimeUnit::Microsecond => v.div_euclid(1000),
+                    TimeUnit::Nanosecond => v.div_euclid(1_000_000),
+                };
+                out.extend_from_slice(itoa::Buffer::new().format(millis).as_bytes());
             }
             CellWriter::Date32(a) => write_date(out, a.value(row) as i64),
             CellWriter::Date64(a) => write_date(out, a.value(row).div_euclid(86_400_000)),
@@ -367,6 +426,53 @@ impl<'a> CellWriter<'a> {
                 write_str(out, &text);
             }
         }
+    }
+}
+
+/// A column's Kafka Connect schema (`JsonConverter`'s JSON form).
+fn connect_field(f: &Field) -> serde_json::Value {
+    let mut schema = connect_type(f.data_type());
+    schema["optional"] = f.is_nullable().into();
+    schema["field"] = f.name().as_str().into();
+    schema
+}
+
+fn connect_type(t: &DataType) -> serde_json::Value {
+    use serde_json::json;
+    let logical = |ty: &str, name: &str| json!({"type": ty, "name": name, "version": 1});
+    match t {
+        DataType::Boolean => json!({"type": "boolean"}),
+        DataType::Int8 => json!({"type": "int8"}),
+        DataType::Int16 | DataType::UInt8 => json!({"type": "int16"}),
+        DataType::Int32 | DataType::UInt16 => json!({"type": "int32"}),
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 | DataType::Duration(_) => {
+            json!({"type": "int64"})
+        }
+        DataType::Float32 => json!({"type": "float"}),
+        DataType::Float64 => json!({"type": "double"}),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => json!({"type": "bytes"}),
+        DataType::Timestamp(_, _) => logical("int64", "org.apache.kafka.connect.data.Timestamp"),
+        DataType::Date32 => logical("int32", "org.apache.kafka.connect.data.Date"),
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+            let mut d = logical("bytes", "org.apache.kafka.connect.data.Decimal");
+            d["parameters"] =
+                json!({"scale": s.to_string(), "connect.decimal.precision": p.to_string()});
+            d
+        }
+        DataType::List(item) | DataType::LargeList(item) | DataType::FixedSizeList(item, _) => {
+            let mut items = connect_type(item.data_type());
+            items["optional"] = item.is_nullable().into();
+            json!({"type": "array", "items": items})
+        }
+        DataType::Struct(fields) => {
+            let fields: Vec<_> = fields.iter().map(|f| connect_field(f)).collect();
+            json!({"type": "struct", "fields": fields})
+        }
+        DataType::Dictionary(_, value) => connect_type(value),
+        _ => json!({"type": "string"}),
     }
 }
 

@@ -7,13 +7,16 @@
 //! - [`json`]: JSON records (NDJSON lines, Kafka messages, webhook events)
 //!   decoded straight into Arrow columns, with per-record error reporting
 //!   (flat schemas in one pass by `flat_json`).
-//! - [`changelog`]: result rows encoded as canonical JSON key/value pairs.
+//! - [`changelog`]: result rows encoded as canonical JSON key/value pairs
+//!   (or Kafka Connect's JSON envelope).
+//! - [`encoder`]: the [`ChangeEncoder`] trait a sink's output format implements.
 //! - [`schema`]: input schemas declared as a SQL column list or a JSON file,
 //!   or inferred from a sample.
 //! - [`timestamp`]: the fast RFC 3339 / epoch-millis parser.
 
 pub mod changelog;
 pub mod decoder;
+pub mod encoder;
 pub mod error;
 mod flat_json;
 pub mod json;
@@ -21,4 +24,5 @@ pub mod schema;
 pub mod timestamp;
 
 pub use decoder::{BadRecord, Decoded, Format, RecordDecoder};
+pub use encoder::ChangeEncoder;
 pub use error::{FormatError, Result};

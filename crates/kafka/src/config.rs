@@ -14,6 +14,11 @@
 //! | `cleanup` | cleanup.policy of a created topic: `compact` (the default for a keyed changelog: the latest record per key is kept, and time-based retention never deletes the old windows of a backfill) or `delete` (the default for append-only output and dead letters) |
 //! | `transactional_id` | the producer's transactional.id |
 //! | `retention_check` | `refuse` (default) or `warn`: what a keyed changelog does about a record the output topic's time-based retention would delete (see [`crate::retention`]) |
+//! | `format` | the records' format: `json` (default), `avro` (Confluent-framed, with `registry`); an output may also be `json-connect` |
+//! | `registry` | a Confluent-compatible schema registry's base URL, for `format=avro` |
+//!
+//! Settings named `schema.registry.*` (registry auth and TLS) are the
+//! registry client's: they never reach librdkafka.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +26,9 @@ use rdkafka::ClientConfig;
 
 use crate::error::Error;
 use crate::retention::RetentionCheck;
+
+/// The prefix of the schema registry client's settings, kept from librdkafka.
+pub const REGISTRY_SETTINGS: &str = "schema.registry.";
 
 /// How the sink publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +68,10 @@ pub struct KafkaUrl {
     pub cleanup: Option<String>,
     pub transactional_id: Option<String>,
     pub retention_check: RetentionCheck,
+    /// The records' format as named (`None`: JSON); the runtime picks the codec.
+    pub format: Option<String>,
+    /// A schema registry's base URL.
+    pub registry: Option<String>,
     /// librdkafka properties from the URL.
     pub properties: BTreeMap<String, String>,
 }
@@ -102,6 +114,8 @@ impl KafkaUrl {
             cleanup: None,
             transactional_id: None,
             retention_check: RetentionCheck::Refuse,
+            format: None,
+            registry: None,
             properties: BTreeMap::new(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -157,12 +171,14 @@ impl KafkaUrl {
                         }
                     }
                 }
+                "format" => out.format = Some(v.to_string()),
+                "registry" => out.registry = Some(v.to_string()),
                 k if k.contains('.') => {
                     out.properties.insert(k.to_string(), v.to_string());
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown kafka:// option {other:?} (known: group, start, end, assign, purge, partitions, replication, create, cleanup, transactional_id, retention_check; librdkafka properties contain a dot)"
+                        "unknown kafka:// option {other:?} (known: group, start, end, assign, purge, partitions, replication, create, cleanup, transactional_id, retention_check, format, registry; librdkafka properties contain a dot)"
                     )));
                 }
             }
@@ -188,7 +204,9 @@ impl KafkaUrl {
             c.set(*k, *v);
         }
         for (k, v) in extra.iter().chain(self.properties.iter()) {
-            c.set(k, v);
+            if !k.starts_with(REGISTRY_SETTINGS) {
+                c.set(k, v);
+            }
         }
         c
     }

@@ -12,8 +12,8 @@ use tracing::info;
 use ubik_connector::{ConnectorError, DeadLetterSink, Sink, Source};
 use ubik_connectors::{ArrowSource, DemoSource, FileSource, NexmarkSource, StdoutSink};
 use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
-use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
+use ubik_format::{ChangeEncoder, RecordDecoder};
 use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 
 use crate::checkpoint::{CheckpointStore, fingerprint};
@@ -35,6 +35,8 @@ pub struct OpenedSource {
 pub struct Opened {
     pub pipeline: Pipeline,
     pub sink: Box<dyn Sink>,
+    /// Encodes the changelog in the sink's format.
+    pub encoder: Box<dyn ChangeEncoder>,
 }
 
 /// The SQL table name of a source: the name given; else the endpoint's own
@@ -142,6 +144,12 @@ pub fn open_source(
         format,
     } = spec;
     let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
+    let avro = crate::codec::source_decoder(&endpoint, kafka)?;
+    if avro.is_some() && schema.is_some() {
+        return Err(RuntimeError::Config(
+            "format=avro takes the table's columns from the registry (the topic's value subject's latest schema): drop the declared schema".into(),
+        ));
+    }
     // Only a declared schema can name a primary key.
     let schema = schema.map(|s| endpoint.transport_schema(s));
     let mut source = open_endpoint(
@@ -159,6 +167,14 @@ pub fn open_source(
     } else {
         named
     };
+    if let Some(avro) = avro {
+        return Ok(OpenedSource {
+            table,
+            source,
+            schema: Arc::clone(avro.schema()),
+            decoder: Box::new(avro),
+        });
+    }
     let schema = match schema.or_else(|| source.schema()) {
         Some(s) => s,
         None => {
@@ -389,7 +405,12 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result
         &pipeline,
         Some((&group.name, &id)),
     )?;
-    Ok(Opened { pipeline, sink })
+    let encoder = crate::codec::sink_encoder(&sink_spec, &kafka, pipeline.plan())?;
+    Ok(Opened {
+        pipeline,
+        sink,
+        encoder,
+    })
 }
 
 /// Several sources must each name their table, once.
@@ -429,8 +450,15 @@ pub fn open(mut spec: PipelineSpec) -> Result<Opened> {
     let emit = spec.settings.emit;
     let kafka = spec.kafka.clone();
     let pipeline = open_pipeline(spec)?;
+    // Schemas are registered (and a refusing subject refused) before the
+    // sink opens a transaction.
+    let encoder = crate::codec::sink_encoder(&sink_spec, &kafka, pipeline.plan())?;
     let sink = open_sink(&sink_spec, emit, &kafka, &pipeline, None)?;
-    Ok(Opened { pipeline, sink })
+    Ok(Opened {
+        pipeline,
+        sink,
+        encoder,
+    })
 }
 
 /// The plan of `spec` without running it: each source's schema is the

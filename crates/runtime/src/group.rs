@@ -57,7 +57,11 @@ struct Task {
 impl Task {
     fn open(spec: &PipelineSpec, kind: TaskKind, partitions: u32) -> Result<Self> {
         let started = Instant::now();
-        let Opened { mut pipeline, sink } = open_task(spec, kind, partitions)?;
+        let Opened {
+            mut pipeline,
+            sink,
+            encoder,
+        } = open_task(spec, kind, partitions)?;
         pipeline.set_poll_timeout(TASK_POLL);
         info!(
             task = %kind,
@@ -66,7 +70,7 @@ impl Task {
             "task started"
         );
         Ok(Self {
-            runner: Runner::new(&pipeline),
+            runner: Runner::new(&pipeline, encoder),
             pipeline,
             sink,
             finished: false,

@@ -9,12 +9,13 @@
 //! - [`spec`] and [`settings`]: what a pipeline is, validated before
 //!   anything opens; one parser and one set of defaults for every surface.
 //! - [`connect`]: the front door that opens sources, sinks and dead-letter
-//!   outputs from a spec.
+//!   outputs from a spec; [`codec`] picks their formats.
 //! - [`pipeline`], [`runner`], [`host`]: running it into a byte sink or a host.
 //! - [`group`]: one process's share of a consumer group's tasks.
 
 pub mod changes;
 pub mod checkpoint;
+pub mod codec;
 pub mod connect;
 pub mod dead_letter;
 pub mod error;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 use ubik_connector::{ConnectorError, Sink, SinkRecord};
 use ubik_engine::Output;
-use ubik_format::changelog::ChangelogEncoder;
+use ubik_format::ChangeEncoder;
 
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Stats, Step};
@@ -123,7 +123,7 @@ pub struct Cadence {
 /// Drives one pipeline into its sink a step at a time, so that one thread
 /// can run several (the tasks of a consumer group member).
 pub struct Runner {
-    encoder: ChangelogEncoder,
+    encoder: Box<dyn ChangeEncoder>,
     out: Output,
     last_commit: Instant,
     records_at_commit: u64,
@@ -134,14 +134,10 @@ pub struct Runner {
 }
 
 impl Runner {
-    pub fn new(pipeline: &Pipeline) -> Self {
-        let plan = pipeline.plan();
+    /// A runner writing `pipeline`'s changelog through `encoder`.
+    pub fn new(pipeline: &Pipeline, encoder: Box<dyn ChangeEncoder>) -> Self {
         Self {
-            encoder: ChangelogEncoder::new(
-                &plan.output_schema,
-                plan.key_columns.clone(),
-                plan.has_record_key(),
-            ),
+            encoder,
             out: Output::default(),
             last_commit: Instant::now(),
             records_at_commit: pipeline.stats.records_in,
@@ -179,7 +175,7 @@ impl Runner {
         let mut written = 0u64;
         let mut lost = None;
         'emit: for change in &self.out.changes {
-            let r = self.encoder.encode(change, |rec| {
+            let r = self.encoder.encode(change, &mut |rec| {
                 written += 1;
                 sink.write(rec)
             })?;
@@ -257,9 +253,10 @@ const CADENCE_NEVER: Cadence = Cadence {
 pub fn run_to_sink(
     pipeline: &mut Pipeline,
     sink: &mut dyn Sink,
+    encoder: Box<dyn ChangeEncoder>,
     opts: RunOptions<'_>,
 ) -> Result<RunEnd> {
-    let mut runner = Runner::new(pipeline);
+    let mut runner = Runner::new(pipeline, encoder);
     let cadence = Cadence {
         interval: opts.commit_interval,
         records: opts.commit_records,

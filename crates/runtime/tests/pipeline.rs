@@ -66,9 +66,11 @@ fn open(sql: &str, spec: &Orders, lines: &[String], checkpoint: Option<&Path>) -
 fn run(pipeline: &mut Pipeline, sink: &mut FakeSink, commit_records: u64) -> Result<RunEnd> {
     let stop = AtomicBool::new(false);
     let mut report = |_: &Stats| {};
+    let encoder = ubik_runtime::codec::changelog_encoder(pipeline.plan());
     runner::run_to_sink(
         pipeline,
         sink,
+        encoder,
         RunOptions {
             commit_interval: Duration::from_secs(3600),
             commit_records: Some(commit_records),

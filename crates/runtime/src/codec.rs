@@ -1,0 +1,128 @@
+//! The codecs a Kafka URL's `format=` names: which decoder turns a
+//! source's records into rows, and which encoder turns the changelog into
+//! a sink's records. The registry settings (`schema.registry.*`) come from
+//! the same `-X` map as librdkafka's.
+
+use std::collections::BTreeMap;
+
+use ubik_avro::{AvroChangelogEncoder, AvroDecoder, AvroError, Registry};
+use ubik_engine::QueryPlan;
+use ubik_format::ChangeEncoder;
+use ubik_format::changelog::ChangelogEncoder;
+use ubik_kafka::KafkaUrl;
+
+use crate::error::{Result, RuntimeError};
+use crate::spec::{Endpoint, SinkSpec};
+
+/// The formats a source or sink may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    Json,
+    JsonConnect,
+    Avro,
+}
+
+fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
+    Ok(match url.format.as_deref() {
+        None | Some("json") => Named::Json,
+        Some("avro") => Named::Avro,
+        Some("json-connect") if output => Named::JsonConnect,
+        Some("json-connect") => {
+            return Err(RuntimeError::Config(
+                "format=json-connect is an output format (Kafka Connect's JSON with schemas); a source reads json or avro".into(),
+            ));
+        }
+        Some(other) => {
+            return Err(RuntimeError::Config(format!(
+                "format={other:?} is unknown; {} takes json{}, avro (with registry=URL)",
+                if output { "an output" } else { "a source" },
+                if output { ", json-connect" } else { "" }
+            )));
+        }
+    })
+}
+
+fn kafka_url(url: &str) -> Result<KafkaUrl> {
+    KafkaUrl::parse(url).map_err(|e| RuntimeError::Config(e.to_string()))
+}
+
+fn avro_error(e: AvroError) -> RuntimeError {
+    match e {
+        AvroError::Config(m) => RuntimeError::Config(m),
+        other => RuntimeError::Format(other.into()),
+    }
+}
+
+fn registry(url: &KafkaUrl, settings: &BTreeMap<String, String>) -> Result<Registry> {
+    if url.format.as_deref() != Some("avro") && url.registry.is_some() {
+        return Err(RuntimeError::Config(
+            "registry= is for format=avro; add format=avro (or drop registry=)".into(),
+        ));
+    }
+    Registry::new(url.registry.as_deref(), settings).map_err(avro_error)
+}
+
+/// The Avro decoder of a source whose URL names `format=avro`: its columns
+/// are the topic's value subject's latest schema. `None` for other sources.
+pub fn source_decoder(
+    endpoint: &Endpoint,
+    settings: &BTreeMap<String, String>,
+) -> Result<Option<AvroDecoder>> {
+    let Endpoint::Kafka(url) = endpoint else {
+        return Ok(None);
+    };
+    let url = kafka_url(url)?;
+    match named(&url, false)? {
+        Named::Avro => Ok(Some(
+            ubik_avro::topic_decoder(registry(&url, settings)?, &url.topic).map_err(avro_error)?,
+        )),
+        _ => {
+            if url.registry.is_some() {
+                registry(&url, settings)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Canonical JSON, the changelog's default encoding.
+pub fn changelog_encoder(plan: &QueryPlan) -> Box<dyn ChangeEncoder> {
+    Box::new(ChangelogEncoder::new(
+        &plan.output_schema,
+        plan.key_columns.clone(),
+        plan.has_record_key(),
+    ))
+}
+
+/// The encoder of `plan`'s changelog for `sink`: canonical JSON, Kafka
+/// Connect's JSON, or Avro with its schemas registered (and checked against
+/// the subjects' rules) before the first record.
+pub fn sink_encoder(
+    sink: &SinkSpec,
+    settings: &BTreeMap<String, String>,
+    plan: &QueryPlan,
+) -> Result<Box<dyn ChangeEncoder>> {
+    let (schema, keys, keyed) = (
+        &plan.output_schema,
+        plan.key_columns.clone(),
+        plan.has_record_key(),
+    );
+    let SinkSpec::Kafka(url) = sink else {
+        return Ok(Box::new(ChangelogEncoder::new(schema, keys, keyed)));
+    };
+    let url = kafka_url(url)?;
+    Ok(match named(&url, true)? {
+        Named::Json => Box::new(ChangelogEncoder::new(schema, keys, keyed)),
+        Named::JsonConnect => Box::new(ChangelogEncoder::connect(schema, keys, keyed)),
+        Named::Avro => Box::new(
+            AvroChangelogEncoder::register(
+                &registry(&url, settings)?,
+                &url.topic,
+                schema,
+                keys,
+                keyed,
+            )
+            .map_err(avro_error)?,
+        ),
+    })
+}
