@@ -93,6 +93,9 @@ pub struct AvroDecoder {
     held: Vec<usize>,
     /// Flushed rows of the records being decoded.
     done: Vec<RecordBatch>,
+    /// The records being decoded that are good so far, and the bad ones.
+    good: Vec<u32>,
+    bad: Vec<BadRecord>,
     scratch: Vec<u8>,
 }
 
@@ -111,6 +114,8 @@ impl AvroDecoder {
             decoder: None,
             held: Vec::new(),
             done: Vec::new(),
+            good: Vec::new(),
+            bad: Vec::new(),
             scratch: Vec::new(),
         })
     }
@@ -127,19 +132,61 @@ impl AvroDecoder {
         Ok(self.decoder.as_mut().expect("built above"))
     }
 
-    /// Moves the decoder's rows into `done`.
-    fn flush(&mut self) -> Result<()> {
-        if let Some(d) = &mut self.decoder
-            && let Some(batch) = d.flush().map_err(|e| AvroError::Schema(e.to_string()))?
-        {
-            self.done.push(batch);
+    /// Moves the decoder's rows into `done`. arrow-avro checks strings'
+    /// UTF-8 only here, for the whole batch: when it refuses, the held
+    /// records are decoded again one by one to find the ones at fault.
+    /// Returns whether the decoder was rebuilt (a record under way is lost).
+    fn flush(&mut self, records: &[&[u8]]) -> Result<bool> {
+        let flushed = match &mut self.decoder {
+            None => Ok(None),
+            Some(d) => d.flush(),
+        };
+        match flushed {
+            Ok(batch) => {
+                self.done.extend(batch);
+                self.held.clear();
+                Ok(false)
+            }
+            Err(_) => {
+                self.isolate(records)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Decodes each held record alone, keeping the rows of those whose
+    /// flush succeeds and reporting the others; leaves a fresh decoder.
+    fn isolate(&mut self, records: &[&[u8]]) -> Result<()> {
+        for i in std::mem::take(&mut self.held) {
+            self.decoder = None;
+            self.decoder()?;
+            let record = records[i];
+            let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
+            let decoded = self.decode_one(records, record, id)?;
+            let flushed = self.decoder.as_mut().expect("built above").flush();
+            let reason = match (decoded, flushed) {
+                (Ok(()), Ok(batch)) => {
+                    self.done.extend(batch);
+                    continue;
+                }
+                (Err(reason), _) => reason,
+                (Ok(()), Err(e)) => format!("the body does not fit schema id {id}: {e}"),
+            };
+            self.good.retain(|&g| g as usize != i);
+            self.bad.push(BadRecord {
+                index: i,
+                field: None,
+                reason,
+            });
         }
         self.held.clear();
+        self.decoder = None;
+        self.decoder()?;
         Ok(())
     }
 
     /// Learns the writer schema `id`; false when the registry has none.
-    fn learn(&mut self, id: u32) -> Result<bool> {
+    fn learn(&mut self, records: &[&[u8]], id: u32) -> Result<bool> {
         if self.unknown.contains(&id) {
             return Ok(false);
         }
@@ -147,7 +194,7 @@ impl AvroDecoder {
             self.unknown.insert(id);
             return Ok(false);
         };
-        self.flush()?;
+        self.flush(records)?;
         self.writers.insert(id, schema);
         self.decoder = None;
         if let Err(e) = self.decoder() {
@@ -160,7 +207,12 @@ impl AvroDecoder {
     }
 
     /// Decodes one framed record into the decoder; `Err(reason)` when it is bad.
-    fn decode_one(&mut self, record: &[u8], id: u32) -> Result<std::result::Result<(), String>> {
+    fn decode_one(
+        &mut self,
+        records: &[&[u8]],
+        record: &[u8],
+        id: u32,
+    ) -> Result<std::result::Result<(), String>> {
         // A body whose last five bytes read as another record's header
         // (0, then a known id) could be taken for "a body, then a header";
         // a byte that is no header after it tells the two apart.
@@ -171,29 +223,29 @@ impl AvroDecoder {
                     .writers
                     .contains_key(&u32::from_be_bytes([tail[1], tail[2], tail[3], tail[4]]))
         };
+        let mut scratch = std::mem::take(&mut self.scratch);
         let input: &[u8] = if ambiguous {
-            self.scratch.clear();
-            self.scratch.extend_from_slice(record);
-            self.scratch.push(0xFF);
-            &self.scratch
+            scratch.clear();
+            scratch.extend_from_slice(record);
+            scratch.push(0xFF);
+            &scratch
         } else {
             record
         };
-        let decoder = self.decoder.as_mut().expect("built before decoding");
-        if decoder.capacity() < 2 {
-            if let Some(batch) = decoder
-                .flush()
-                .map_err(|e| AvroError::Schema(e.to_string()))?
-            {
-                self.done.push(batch);
-            }
-            self.held.clear();
+        if self
+            .decoder
+            .as_ref()
+            .expect("built before decoding")
+            .capacity()
+            < 2
+        {
+            self.flush(records)?;
         }
-        let decoder = self.decoder.as_mut().expect("built before decoding");
-        let held_before = self.held.len();
+        let mut held_before = self.held.len();
         let mut at = 0;
         let mut switched = false;
         let outcome = loop {
+            let decoder = self.decoder.as_mut().expect("built before decoding");
             match decoder.decode(&input[at..]) {
                 Ok(n) => at += n,
                 Err(e) => {
@@ -215,12 +267,12 @@ impl AvroDecoder {
             // A new writer schema with rows held: arrow-avro stops for a flush.
             if decoder.batch_is_full() && !switched {
                 switched = true;
-                match decoder.flush() {
-                    Ok(Some(batch)) => self.done.push(batch),
-                    Ok(None) => {}
-                    Err(e) => break Err(e.to_string()),
+                if self.flush(records)? {
+                    // A fresh decoder: this record starts over, alone.
+                    at = 0;
+                    held_before = 0;
+                    switched = false;
                 }
-                self.held.clear();
                 continue;
             }
             break Err(if at < 5 {
@@ -229,6 +281,8 @@ impl AvroDecoder {
                 "the record ends before its body does, or has bytes after it".to_string()
             });
         };
+        self.scratch = scratch;
+        let decoder = self.decoder.as_ref().expect("built before decoding");
         let rows = decoder.batch_size() - decoder.capacity();
         let expected = if switched { 1 } else { held_before + 1 };
         match outcome {
@@ -249,7 +303,7 @@ impl AvroDecoder {
         for i in held {
             let record = records[i];
             let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
-            if let Err(reason) = self.decode_one(record, id)? {
+            if let Err(reason) = self.decode_one(records, record, id)? {
                 return Err(AvroError::Schema(format!(
                     "record {i} decoded once and failed the second time: {reason}"
                 )));
@@ -260,13 +314,13 @@ impl AvroDecoder {
     }
 
     fn decode_all(&mut self, records: &[&[u8]]) -> Result<Decoded> {
-        let mut bad = Vec::new();
-        let mut good = Vec::with_capacity(records.len());
         self.held.clear();
         self.done.clear();
+        self.bad.clear();
+        self.good.clear();
         for (i, record) in records.iter().enumerate() {
             let Some(id) = frame(record) else {
-                bad.push(BadRecord {
+                self.bad.push(BadRecord {
                     index: i,
                     field: None,
                     reason: match record.first() {
@@ -279,8 +333,8 @@ impl AvroDecoder {
                 });
                 continue;
             };
-            if !self.writers.contains_key(&id) && !self.learn(id)? {
-                bad.push(BadRecord {
+            if !self.writers.contains_key(&id) && !self.learn(records, id)? {
+                self.bad.push(BadRecord {
                     index: i,
                     field: None,
                     reason: format!(
@@ -290,13 +344,13 @@ impl AvroDecoder {
                 continue;
             }
             self.decoder()?;
-            match self.decode_one(record, id)? {
+            match self.decode_one(records, record, id)? {
                 Ok(()) => {
                     self.held.push(i);
-                    good.push(i as u32);
+                    self.good.push(i as u32);
                 }
                 Err(reason) => {
-                    bad.push(BadRecord {
+                    self.bad.push(BadRecord {
                         index: i,
                         field: None,
                         reason,
@@ -305,9 +359,12 @@ impl AvroDecoder {
                 }
             }
         }
-        self.flush()?;
+        self.flush(records)?;
         let batches = std::mem::take(&mut self.done);
         let batch = self.to_table(&batches)?;
+        let mut bad = std::mem::take(&mut self.bad);
+        bad.sort_by_key(|b| b.index);
+        let good = std::mem::take(&mut self.good);
         Ok(Decoded {
             batch,
             records: if bad.is_empty() { Vec::new() } else { good },

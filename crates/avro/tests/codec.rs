@@ -240,3 +240,26 @@ fn only_the_columns_read_are_materialised() {
     assert_eq!(&b.column(2).to_data(), &rows.column(2).to_data());
     assert_eq!(&b.column(6).to_data(), &rows.column(6).to_data());
 }
+
+/// Found by `fuzz_avro`: arrow-avro checks strings' UTF-8 only when it
+/// flushes a batch, so one such record failed the whole chunk.
+#[test]
+fn a_string_that_is_not_utf8_is_one_bad_record() {
+    let rows = result_rows();
+    let schema = value_schema(&rows);
+    let good = encode(&rows, 1);
+    let mut broken = good[0].clone();
+    assert_eq!(&broken[7..9], b"m1");
+    broken[7] = 0xC3; // a UTF-8 lead byte with no continuation
+    let records = vec![good[0].clone(), broken, good[1].clone(), good[2].clone()];
+    let mut d = decoder(&schema, &[(1, &schema)]);
+    let decoded = d.decode(&refs(&records)).unwrap();
+    assert_eq!(decoded.bad.len(), 1, "{:?}", decoded.bad);
+    assert_eq!(decoded.bad[0].index, 1);
+    assert_eq!(decoded.records, vec![0, 2, 3]);
+    let n = decoded
+        .batch
+        .column(2)
+        .as_primitive::<arrow::datatypes::Int64Type>();
+    assert_eq!(n.values().to_vec(), vec![1, -64, i64::MAX]);
+}
