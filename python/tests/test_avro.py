@@ -85,6 +85,10 @@ def test_avro_topic_of_two_schema_versions_equals_oracle(kafka_broker, registry)
     topic = f"py-avro-{uuid.uuid4().hex[:8]}"
     junk = [b'{"merchant":"m000"}', b"\x00\x00\x01\x86\xa0\x02"]  # JSON; an unknown schema id (100000)
     seen = produce_avro(kafka_broker, registry, topic, rows, junk)
+    url = f"kafka://{kafka_broker}/{topic}?format=avro&registry={registry}"
+    planned = ubik.validate(Q, url, table="orders")
+    assert planned.names == ["merchant", "w", "n", "total", "qty"]
+    assert planned.field("qty").type == pa.int64()
     letters = []
     got = ubik.stream(Q, from_=f"kafka://{kafka_broker}/{topic}?end=latest&format=avro&registry={registry}",
                       table="orders", lateness="5s", on_error="dlq",

@@ -47,10 +47,19 @@ pub fn duration(v: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// A schema given as a `pyarrow.Schema` or a column list ("a VARCHAR, ...").
+/// A schema given as a `pyarrow.Schema`, a column list ("a VARCHAR, ..."),
+/// or an Avro source's URL (its columns come from its registry).
 pub fn schema_of(v: &Bound<'_, PyAny>) -> PyResult<SchemaRef> {
     if let Ok(s) = v.cast::<PyString>() {
-        return parse_column_list(&s.to_cow()?).map_err(|e| SchemaError::new_err(e.to_string()));
+        let text = s.to_cow()?;
+        if text.starts_with("kafka://") {
+            let url = text.into_owned();
+            return v
+                .py()
+                .detach(|| ubik_runtime::codec::registry_columns(&url, &Default::default()))
+                .map_err(|e| SchemaError::new_err(e.to_string()));
+        }
+        return parse_column_list(&text).map_err(|e| SchemaError::new_err(e.to_string()));
     }
     Ok(Arc::new(Schema::from_pyarrow_bound(v).map_err(|e| {
         SchemaError::new_err(format!(

@@ -85,6 +85,24 @@ pub fn source_decoder(
     }
 }
 
+/// The columns of an Avro source URL (`kafka://…?format=avro&registry=…`)
+/// from its registry alone, without opening Kafka: for planning before any
+/// record is read (Python's `validate`).
+pub fn registry_columns(
+    url: &str,
+    settings: &BTreeMap<String, String>,
+) -> Result<arrow::datatypes::SchemaRef> {
+    let endpoint = Endpoint::Kafka(url.to_string());
+    match source_decoder(&endpoint, settings)? {
+        Some(decoder) => Ok(std::sync::Arc::clone(ubik_format::RecordDecoder::schema(
+            &decoder,
+        ))),
+        None => Err(RuntimeError::Config(format!(
+            "{url} names no columns of its own: only a format=avro source's come from its registry; declare the columns instead"
+        ))),
+    }
+}
+
 /// Canonical JSON, the changelog's default encoding.
 pub fn changelog_encoder(plan: &QueryPlan) -> Box<dyn ChangeEncoder> {
     Box::new(ChangelogEncoder::new(

@@ -131,7 +131,9 @@ def validate(sql: str, schema: Any, table: Optional[str] = None, **options: Any)
 
     ``schema`` is a ``pyarrow.Schema`` (the one source table), a dict of
     table name to schema, or a column list such as
-    ``"merchant VARCHAR, ts TIMESTAMP, amount DOUBLE"``. The changelog key
+    ``"merchant VARCHAR, ts TIMESTAMP, amount DOUBLE"``, or an Avro source's
+    URL (``"kafka://host:port/topic?format=avro&registry=http://…"``: the
+    columns of the topic's value subject, read from the registry alone). The changelog key
     columns are in the schema metadata (``b"ubik.key"``, a JSON list; see
     :func:`key_columns`). Raises :class:`SqlError` (with ``line``,
     ``column``, ``hint``), :class:`UnsupportedQueryError` or
