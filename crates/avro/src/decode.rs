@@ -32,7 +32,7 @@ use crate::error::{AvroError, Result};
 use crate::types::{convert, table_schema};
 
 /// Rows arrow-avro's decoder holds before a flush.
-const BATCH_ROWS: usize = 4096;
+const BATCH_ROWS: usize = 1 << 20;
 
 /// Where writer schemas come from, by id: a registry, or a fixed set (tests).
 pub trait WriterSchemas: Send {
@@ -65,14 +65,27 @@ fn build(
     let mut builder = ReaderBuilder::new()
         .with_batch_size(batch_rows)
         .with_tz(Tz::Utc)
-        .with_reader_schema(AvroSchema::new(reader.to_string()))
         .with_writer_schema_store(store);
+    // Resolving writer to reader costs a projection step per record: when
+    // every writer schema is the reader's (the common case) it is skipped.
+    if !writers.values().all(|w| same_schema(w, reader)) {
+        builder = builder.with_reader_schema(AvroSchema::new(reader.to_string()));
+    }
     if let Some(p) = projection {
         builder = builder.with_projection(p.to_vec());
     }
     builder
         .build_decoder()
         .map_err(|e| AvroError::Schema(e.to_string()))
+}
+
+/// Whether two schema texts are the same schema (whitespace aside).
+fn same_schema(a: &str, b: &str) -> bool {
+    a == b
+        || matches!(
+            (serde_json::from_str::<serde_json::Value>(a), serde_json::from_str::<serde_json::Value>(b)),
+            (Ok(x), Ok(y)) if x == y
+        )
 }
 
 /// Decodes Confluent-framed Avro into the table of one reader schema.

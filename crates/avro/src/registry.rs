@@ -382,6 +382,86 @@ mod tests {
         );
     }
 
+    /// A one-request HTTP server: answers `status` and `body`, hands back the request head.
+    fn answer_once(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<String>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let mut stream = stream;
+            write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            head
+        });
+        (url, server)
+    }
+
+    #[test]
+    fn credentials_from_the_settings_are_sent() {
+        for (setting, value, header) in [
+            (
+                "schema.registry.basic.auth.user.info",
+                "alice:s3cret",
+                "authorization: Basic YWxpY2U6czNjcmV0",
+            ),
+            (
+                "schema.registry.bearer.auth.token",
+                "tok",
+                "authorization: Bearer tok",
+            ),
+        ] {
+            let (url, server) = answer_once(200, r#"{"schema":"\"long\""}"#);
+            let settings: BTreeMap<String, String> =
+                [(setting.to_string(), value.to_string())].into();
+            let schema = Registry::new(Some(&url), &settings)
+                .unwrap()
+                .schema_by_id(3)
+                .unwrap();
+            assert_eq!(schema, "\"long\"");
+            let head = server.join().unwrap().to_lowercase();
+            assert!(head.starts_with("get /schemas/ids/3 "), "{head}");
+            assert!(head.contains(&header.to_lowercase()), "{head}");
+        }
+    }
+
+    #[test]
+    fn answers_map_to_not_found_unreachable_and_refused() {
+        let none = BTreeMap::new();
+        let (url, server) = answer_once(404, r#"{"error_code":40403,"message":"no id 9"}"#);
+        let e = Registry::new(Some(&url), &none).unwrap().schema_by_id(9);
+        assert!(
+            matches!(e, Err(RegistryError::NotFound(ref m)) if m == "no id 9"),
+            "{e:?}"
+        );
+        server.join().unwrap();
+        let (url, server) = answer_once(503, "busy");
+        let e = Registry::new(Some(&url), &none).unwrap().schema_by_id(9);
+        assert!(matches!(e, Err(RegistryError::Unreachable { .. })), "{e:?}");
+        server.join().unwrap();
+        let (url, server) = answer_once(401, "who?");
+        let e = Registry::new(Some(&url), &none).unwrap().schema_by_id(9);
+        assert!(
+            matches!(e, Err(RegistryError::Refused { status: 401, .. })),
+            "{e:?}"
+        );
+        server.join().unwrap();
+    }
+
     #[test]
     fn a_refused_connection_is_unreachable_and_given_up_after_the_patience() {
         let r = Registry::new(Some("http://127.0.0.1:9"), &BTreeMap::new()).unwrap();
