@@ -174,7 +174,7 @@ impl AvroDecoder {
             self.decoder = None;
             self.decoder()?;
             let record = records[i];
-            let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
+            let id = frame(record).expect("a held record is framed");
             let decoded = self.decode_one(records, record, id)?;
             let flushed = self.decoder.as_mut().expect("built above").flush();
             let reason = match (decoded, flushed) {
@@ -315,7 +315,7 @@ impl AvroDecoder {
         self.decoder()?;
         for i in held {
             let record = records[i];
-            let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
+            let id = frame(record).expect("a held record is framed");
             if let Err(reason) = self.decode_one(records, record, id)? {
                 return Err(AvroError::Schema(format!(
                     "record {i} decoded once and failed the second time: {reason}"

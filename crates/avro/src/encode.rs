@@ -251,15 +251,15 @@ fn write_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-/// One column's cells as Avro.
+/// One column's cells as Avro; the column's type is resolved once per
+/// batch, never per row.
 enum Cell<'a> {
     Boolean(&'a BooleanArray),
-    Int(&'a ArrayRef),
+    /// Avro's `int` and `long` (and a date's days, a timestamp's µs), widened once.
+    Long(Int64Array),
     Float32(&'a arrow::array::Float32Array),
     Float64(&'a arrow::array::Float64Array),
-    Str(&'a ArrayRef),
-    Binary(&'a ArrayRef),
-    Micros(Int64Array),
+    Bytes(&'a dyn Array, fn(&dyn Array, usize) -> &[u8]),
     Decimal(&'a arrow::array::Decimal128Array),
 }
 
@@ -273,12 +273,23 @@ impl<'a> Cell<'a> {
             | DataType::Int64
             | DataType::UInt8
             | DataType::UInt16
-            | DataType::UInt32
-            | DataType::Date32 => Cell::Int(a),
+            | DataType::UInt32 => Cell::Long(
+                arrow::compute::cast(a, &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+            ),
+            DataType::Date32 => Cell::Long(arrow::compute::kernels::arity::unary(
+                a.as_primitive::<Date32Type>(),
+                i64::from,
+            )),
             DataType::Float32 => Cell::Float32(a.as_primitive()),
             DataType::Float64 => Cell::Float64(a.as_primitive()),
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Cell::Str(a),
-            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Cell::Binary(a),
+            DataType::Utf8 => Cell::Bytes(a, |a, r| a.as_string::<i32>().value(r).as_bytes()),
+            DataType::LargeUtf8 => Cell::Bytes(a, |a, r| a.as_string::<i64>().value(r).as_bytes()),
+            DataType::Utf8View => Cell::Bytes(a, |a, r| a.as_string_view().value(r).as_bytes()),
+            DataType::Binary => Cell::Bytes(a, |a, r| a.as_binary::<i32>().value(r)),
+            DataType::LargeBinary => Cell::Bytes(a, |a, r| a.as_binary::<i64>().value(r)),
+            DataType::BinaryView => Cell::Bytes(a, |a, r| a.as_binary_view().value(r)),
             DataType::Timestamp(unit, _) => {
                 let raw = arrow::compute::cast(a, &DataType::Int64)?;
                 let raw = raw.as_primitive::<Int64Type>();
@@ -288,7 +299,7 @@ impl<'a> Cell<'a> {
                     TimeUnit::Microsecond => 1,
                     TimeUnit::Nanosecond => -1000,
                 };
-                Cell::Micros(if per == 1 {
+                Cell::Long(if per == 1 {
                     raw.clone()
                 } else {
                     arrow::compute::kernels::arity::unary(raw, |v| {
@@ -312,10 +323,10 @@ impl<'a> Cell<'a> {
     fn array(&self) -> &dyn Array {
         match self {
             Cell::Boolean(a) => *a,
-            Cell::Int(a) | Cell::Str(a) | Cell::Binary(a) => a.as_ref(),
+            Cell::Long(a) => a,
             Cell::Float32(a) => *a,
             Cell::Float64(a) => *a,
-            Cell::Micros(a) => a,
+            Cell::Bytes(a, _) => *a,
             Cell::Decimal(a) => *a,
         }
     }
@@ -331,42 +342,12 @@ impl<'a> Cell<'a> {
         }
         match self {
             Cell::Boolean(a) => out.push(a.value(row) as u8),
-            Cell::Int(a) => write_long(out, int_value(a.as_ref(), row)),
+            Cell::Long(a) => write_long(out, a.value(row)),
             Cell::Float32(a) => out.extend_from_slice(&a.value(row).to_le_bytes()),
             Cell::Float64(a) => out.extend_from_slice(&a.value(row).to_le_bytes()),
-            Cell::Str(a) => write_bytes(
-                out,
-                match a.data_type() {
-                    DataType::Utf8 => a.as_string::<i32>().value(row),
-                    DataType::LargeUtf8 => a.as_string::<i64>().value(row),
-                    _ => a.as_string_view().value(row),
-                }
-                .as_bytes(),
-            ),
-            Cell::Binary(a) => write_bytes(
-                out,
-                match a.data_type() {
-                    DataType::Binary => a.as_binary::<i32>().value(row),
-                    DataType::LargeBinary => a.as_binary::<i64>().value(row),
-                    _ => a.as_binary_view().value(row),
-                },
-            ),
-            Cell::Micros(a) => write_long(out, a.value(row)),
+            Cell::Bytes(a, value) => write_bytes(out, value(*a, row)),
             Cell::Decimal(a) => write_bytes(out, two_complement(a.value(row)).as_slice()),
         }
-    }
-}
-
-fn int_value(a: &dyn Array, row: usize) -> i64 {
-    match a.data_type() {
-        DataType::Int8 => a.as_primitive::<Int8Type>().value(row) as i64,
-        DataType::Int16 => a.as_primitive::<Int16Type>().value(row) as i64,
-        DataType::Int32 => a.as_primitive::<Int32Type>().value(row) as i64,
-        DataType::UInt8 => a.as_primitive::<UInt8Type>().value(row) as i64,
-        DataType::UInt16 => a.as_primitive::<UInt16Type>().value(row) as i64,
-        DataType::UInt32 => a.as_primitive::<UInt32Type>().value(row) as i64,
-        DataType::Date32 => a.as_primitive::<Date32Type>().value(row) as i64,
-        _ => a.as_primitive::<Int64Type>().value(row),
     }
 }
 

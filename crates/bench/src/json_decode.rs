@@ -20,48 +20,27 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use arrow::array::{Int64Array, RecordBatch};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Schema, SchemaRef};
 use serde_json::json;
+use ubik_connector::ChangeBatch;
 use ubik_connectors::nexmark::{NexmarkOptions, NexmarkSource, NexmarkTable};
-use ubik_format::RecordDecoder;
 use ubik_format::changelog::ChangelogEncoder;
 use ubik_format::json::JsonDecoder;
+use ubik_format::{ChangeEncoder, RecordDecoder};
 
 use crate::nexmark::next_batch;
 
 const CHUNK: usize = 4096;
 const ROUNDS: usize = 5;
 
-/// The table's records as JSON values, one `Vec` per record.
-fn encoded(table: NexmarkTable, events: u64) -> Result<Vec<Vec<u8>>> {
-    let mut source = NexmarkSource::new(
-        table,
-        NexmarkOptions {
-            events,
-            ..NexmarkOptions::default()
-        },
-    );
-    let schema = table.schema();
-    let mut encoder = ChangelogEncoder::new(&schema, Vec::new(), false);
-    let mut records = Vec::new();
-    while let Some(batch) = next_batch(&mut source)? {
-        let times = Int64Array::from(vec![0; batch.num_rows()]);
-        encoder
-            .encode_parts(&batch, None, &times, &mut |r| {
-                records.push(r.value.unwrap_or_default().to_vec());
-                Ok::<_, ()>(())
-            })?
-            .ok();
-    }
-    Ok(records)
-}
-
-/// The same rows as Confluent-framed Avro values (schema id 1), and the schema.
-fn avro_encoded(
+/// The table's records as `encoder` writes them (the rows typed by
+/// `schema`), one `Vec` per record.
+fn encoded(
     table: NexmarkTable,
     events: u64,
-    schema: &Schema,
-) -> Result<(Vec<Vec<u8>>, String)> {
+    schema: &SchemaRef,
+    encoder: &mut dyn ChangeEncoder,
+) -> Result<Vec<Vec<u8>>> {
     let mut source = NexmarkSource::new(
         table,
         NexmarkOptions {
@@ -69,21 +48,19 @@ fn avro_encoded(
             ..NexmarkOptions::default()
         },
     );
-    let all: Vec<usize> = (0..schema.fields().len()).collect();
-    let avro = ubik_avro::encode::record_schema(schema, &all, "bench_value")?.to_string();
-    let mut encoder = ubik_avro::AvroChangelogEncoder::with_ids(Vec::new(), false, 0, 1);
     let mut records = Vec::new();
     while let Some(batch) = next_batch(&mut source)? {
-        let batch = RecordBatch::try_new(Arc::new(schema.clone()), batch.columns().to_vec())?;
-        let times = Int64Array::from(vec![0; batch.num_rows()]);
-        encoder
-            .encode_parts(&batch, None, &times, &mut |r| {
-                records.push(r.value.unwrap_or_default().to_vec());
-                Ok::<_, ()>(())
-            })?
-            .ok();
+        let change = ChangeBatch {
+            timestamps: Int64Array::from(vec![0; batch.num_rows()]),
+            rows: RecordBatch::try_new(Arc::clone(schema), batch.columns().to_vec())?,
+            deletes: None,
+        };
+        encoder.encode(&change, &mut |r| {
+            records.push(r.value.unwrap_or_default().to_vec());
+            Ok(())
+        })??;
     }
-    Ok((records, avro))
+    Ok(records)
 }
 
 /// Seconds to decode every chunk, and the rows.
@@ -113,7 +90,8 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect::<Vec<_>>(),
     ));
-    let records = encoded(table, events).context("generate")?;
+    let mut json = ChangelogEncoder::new(&schema, Vec::new(), false);
+    let records = encoded(table, events, &schema, &mut json).context("generate")?;
     let bytes: usize = records.iter().map(Vec::len).sum();
     let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
     let chunks: Vec<Vec<&[u8]>> = slices.chunks(CHUNK).map(<[_]>::to_vec).collect();
@@ -140,7 +118,10 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
             Some((d, reads))
         }
     };
-    let (avro_records, avro_schema) = avro_encoded(table, events, &schema)?;
+    let all: Vec<usize> = (0..schema.fields().len()).collect();
+    let avro_schema = ubik_avro::encode::record_schema(&schema, &all, "bench_value")?.to_string();
+    let mut avro_encoder = ubik_avro::AvroChangelogEncoder::with_ids(Vec::new(), false, 0, 1);
+    let avro_records = encoded(table, events, &schema, &mut avro_encoder)?;
     let avro_bytes: usize = avro_records.iter().map(Vec::len).sum();
     let avro_slices: Vec<&[u8]> = avro_records.iter().map(Vec::as_slice).collect();
     let avro_chunks: Vec<Vec<&[u8]>> = avro_slices.chunks(CHUNK).map(<[_]>::to_vec).collect();
@@ -163,7 +144,6 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
                 .all(|&c| x.column(c).to_data() == y.column(c).to_data())
         })
     };
-    let all: Vec<usize> = (0..schema.fields().len()).collect();
     for _ in 0..ROUNDS {
         let (a, rows_a) = round(&mut one_pass, &chunks)?;
         let (b, rows_b) = round(&mut general, &chunks)?;

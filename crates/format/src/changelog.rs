@@ -580,7 +580,8 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-fn base64(out: &mut Vec<u8>, data: &[u8]) {
+/// Appends `data` as standard base64 with padding (RFC 4648).
+pub fn base64(out: &mut Vec<u8>, data: &[u8]) {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for chunk in data.chunks(3) {
         let b = [
@@ -635,6 +636,19 @@ mod tests {
         let mut out = Vec::new();
         base64(&mut out, b"hello");
         assert_eq!(out, b"aGVsbG8=");
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            let mut out = Vec::new();
+            base64(&mut out, plain.as_bytes());
+            assert_eq!(out, encoded.as_bytes(), "{plain}");
+        }
     }
 
     #[test]
