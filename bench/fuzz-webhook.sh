@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Long-running property fuzzing of the webhook request-body path (content
 # type, gzip, NDJSON/array splitting, decode at the door) and of the JSON
-# decoder and the Avro decoder, one target after the other (one core). Each prints its
+# decoder, the Avro decoder and the Debezium envelope, one target after the other (one core). Each prints its
 # executions and findings (each finding with its shrunk input); the exit
 # status is non-zero if any target found something.
 #
-#   bench/fuzz-webhook.sh [SECONDS_PER_TARGET=600] [TARGETS="body decoder avro"]
+#   bench/fuzz-webhook.sh [SECONDS_PER_TARGET=600] [TARGETS="body decoder avro debezium"]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS=${1:-600}
-TARGETS=${2:-"body decoder avro"}
+TARGETS=${2:-"body decoder avro debezium"}
 cargo build --quiet -p ubik-fuzz
 BIN=${CARGO_TARGET_DIR:-target}/debug
 status=0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check and test of ubik: formatting, clippy, the Rust unit,
 # golden SQL, oracle-property, crash and Kafka tests (against a real Apache
-# Kafka broker and a real Confluent-compatible schema registry, Apicurio), and
+# Kafka broker, a real Confluent-compatible schema registry, Apicurio, and
+# real Debezium change events from PostgreSQL through Kafka Connect), and
 # the Python package's tests (pytest, pyarrow, deltalake, DuckDB as the
 # oracle), and the status page in headless Chromium. The broker, the registry,
 # the Python environment and Chromium (Debian's package) are installed and
@@ -9,10 +10,11 @@
 # stopped when it exits.
 #
 #   scripts/test.sh                               everything
-#   UBIK_TEST_SKIP=kafka,registry,python,browser scripts/test.sh   skip suites (comma-separated)
+#   UBIK_TEST_SKIP=kafka,registry,debezium,python,browser scripts/test.sh   skip suites (comma-separated)
 #
-# The tests find the broker in UBIK_TEST_KAFKA (host:port) and the registry in
-# UBIK_TEST_REGISTRY (its Confluent API's base URL).
+# The tests find the broker in UBIK_TEST_KAFKA (host:port), the registry in
+# UBIK_TEST_REGISTRY (its Confluent API's base URL) and Debezium in
+# UBIK_TEST_DEBEZIUM (Kafka Connect's REST URL and PostgreSQL's DSN).
 #
 # One compilation serves everything: every cargo command selects the whole
 # workspace with the same features (so dependencies are built once, with one
@@ -84,6 +86,17 @@ if ! skip registry; then
   testing/registry/registry.sh start
   UBIK_TEST_REGISTRY=$(testing/registry/registry.sh address)
   export UBIK_TEST_REGISTRY
+fi
+
+if ! skip debezium && ! skip kafka; then
+  step "Change data capture (PostgreSQL from Debian, Kafka Connect with Debezium, loopback)"
+  # Connect keeps its state in topics of the broker above; tests add their
+  # own connectors (and replication slots) and remove them.
+  if ! testing/debezium/debezium.sh status >/dev/null 2>&1; then
+    started_servers+=(testing/debezium/debezium.sh)
+  fi
+  UBIK_TEST_DEBEZIUM=$(testing/debezium/debezium.sh start | tr '\n' ' ')
+  export UBIK_TEST_DEBEZIUM
 fi
 
 if ! skip browser; then

@@ -119,3 +119,21 @@ def registry():
         pytest.fail("UBIK_TEST_REGISTRY is not set: run scripts/test.sh (it starts the test registry and sets it), "
                     "or set UBIK_TEST_SKIP=registry to skip the registry tests")
     return url
+
+
+@pytest.fixture(scope="session")
+def debezium():
+    """Kafka Connect's REST URL and PostgreSQL's DSN of the test Debezium
+    setup (scripts/test.sh starts testing/debezium/debezium.sh and exports
+    UBIK_TEST_DEBEZIUM as "URL DSN"); skipped like the broker, only on a
+    developer's request and never on CI."""
+    ci = bool(os.environ.get("CI"))
+    if _skipping("debezium"):
+        if ci:
+            pytest.fail("UBIK_TEST_SKIP contains debezium, but CI is set: CI runs the Debezium tests")
+        pytest.skip("UBIK_TEST_SKIP contains debezium")
+    both = os.environ.get("UBIK_TEST_DEBEZIUM", "").split()
+    if len(both) != 2:
+        pytest.fail("UBIK_TEST_DEBEZIUM is not set: run scripts/test.sh (it starts PostgreSQL and Kafka Connect "
+                    "with Debezium and sets it), or set UBIK_TEST_SKIP=debezium to skip the Debezium tests")
+    return both[0], both[1]

@@ -36,6 +36,18 @@ pub use change::ChangeBatch;
 /// temporally rather than as a stream.
 pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
 
+/// Schema metadata marking a source as a changelog of a table keyed by its
+/// primary key (the value names the envelope, `debezium`): its rows are
+/// upserts of their key's current row, and its deletions remove the key.
+/// The engine applies them to a continuous GROUP BY (taking the old row
+/// back out), a versioned table, or a pass-through (an upsert changelog).
+pub const CHANGELOG_METADATA: &str = "ubik.changelog";
+
+/// Whether a schema marks its source as a changelog ([`CHANGELOG_METADATA`]).
+pub fn is_changelog(schema: &arrow::datatypes::Schema) -> bool {
+    schema.metadata().contains_key(CHANGELOG_METADATA)
+}
+
 /// The primary key columns a schema declares in [`PRIMARY_KEY_METADATA`]
 /// (empty: none).
 pub fn primary_key(schema: &arrow::datatypes::Schema) -> Vec<&str> {

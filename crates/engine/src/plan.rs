@@ -174,6 +174,9 @@ pub struct AggregateSpec {
     /// Types of every input the accumulator takes: the arguments, then
     /// the ORDER BY expressions (as [`crate::state::AggInputs`] holds them).
     pub input_types: Vec<arrow::datatypes::DataType>,
+    /// Rows are also taken back out (the input is a changelog): the
+    /// accumulator must be retractable (`min`/`max` then count values).
+    pub retracting: bool,
 }
 
 impl AggregateSpec {
@@ -210,6 +213,19 @@ pub struct AggregatePlan {
     pub having: Option<PhysicalExprRef>,
     /// The SELECT list, over `stage_schema`.
     pub projection: Vec<PhysicalExprRef>,
+    /// The input is a changelog (a continuous GROUP BY only): see [`ChangelogInput`].
+    pub changelog: Option<ChangelogInput>,
+}
+
+/// A continuous aggregation over a changelog source (Debezium): the
+/// operator keeps each key's current row, so an upsert takes the key's old
+/// row back out of its group before folding the new one in, and a
+/// deletion takes it out. The last of the plan's aggregates is then a
+/// hidden `count(*)`: a group whose rows are all gone is retracted.
+#[derive(Debug, Clone)]
+pub struct ChangelogInput {
+    /// The primary key's columns in the input schema.
+    pub key: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -217,6 +233,10 @@ pub struct PassthroughPlan {
     pub filter: Option<PhysicalExprRef>,
     pub projection: Vec<PhysicalExprRef>,
     pub event_time: EventTime,
+    /// The input is a changelog keyed by the result's key: a deletion, or
+    /// a row `filter` drops, is a tombstone of its key (an upsert keyed by
+    /// the primary key may leave the result).
+    pub changelog: bool,
 }
 
 /// `ROW_NUMBER() OVER (PARTITION BY p ORDER BY o) AS rn ... WHERE rn <= N`:

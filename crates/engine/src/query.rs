@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
+use arrow::array::{Array, BooleanArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{filter_record_batch, take_record_batch};
 
 use crate::checkpoint::QuerySnapshot;
@@ -255,6 +255,8 @@ impl Query {
                 let (filter, event_time) = kind
                     .stage_input()
                     .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
+                // Over a changelog the operator judges WHERE after the old rows.
+                let filter = filter.filter(|_| !reads_changelog(kind));
                 let lateness = self.progress.lateness;
                 let stamped = stamp(
                     self.progress.partition(partition),
@@ -338,6 +340,16 @@ impl Query {
     ) -> Result<()> {
         let source = source_of(partition);
         self.check_schema(source, batch)?;
+        let plan = Arc::clone(&self.plan);
+        match &plan.kind {
+            QueryKind::Passthrough(p) if p.changelog => {
+                return self.passthrough_deletions(p, batch, out);
+            }
+            kind if plan.join.is_none() && reads_changelog(kind) => {
+                return self.changelog_deletions(partition, batch, out);
+            }
+            _ => {}
+        }
         let versioned = self.plan.join.as_ref().is_some_and(|j| j.versions(source));
         if !versioned {
             out.rejects.extend((0..batch.num_rows()).map(|row| Reject {
@@ -563,32 +575,95 @@ impl Query {
         }
     }
 
+    /// Deletions of a changelog's keys for the continuous aggregation over it.
+    fn changelog_deletions(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        out: &mut Output,
+    ) -> Result<()> {
+        let plan = Arc::clone(&self.plan);
+        let (_, event_time) = plan
+            .kind
+            .stage_input()
+            .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
+        let lateness = self.progress.lateness;
+        let stamped = stamp(
+            self.progress.partition(partition),
+            lateness,
+            plan.options.max_future_us,
+            partition,
+            batch,
+            None,
+            event_time,
+            None,
+            out,
+        )?;
+        if let Some(stamped) = stamped {
+            self.operator
+                .as_mut()
+                .expect("stateful operator")
+                .process_deletions(stamped, out)?;
+        }
+        self.fire(out)
+    }
+
+    /// Deletions of a changelog passed through: tombstones of their keys.
+    fn passthrough_deletions(
+        &mut self,
+        p: &PassthroughPlan,
+        batch: &RecordBatch,
+        out: &mut Output,
+    ) -> Result<()> {
+        let n = batch.num_rows();
+        self.emit_passthrough(p, batch, Some(BooleanArray::from(vec![true; n])), out)
+    }
+
     fn passthrough(
         &mut self,
         p: &PassthroughPlan,
         batch: &RecordBatch,
         out: &mut Output,
     ) -> Result<()> {
+        if p.changelog {
+            // An upsert that fails WHERE leaves the result: a tombstone of its key.
+            let deletes = match &p.filter {
+                Some(f) => Some(arrow::compute::not(&eval_predicate(f.as_ref(), batch)?)?),
+                None => None,
+            };
+            return self.emit_passthrough(p, batch, deletes, out);
+        }
         let batch = match &p.filter {
             Some(f) => filter_record_batch(batch, &eval_predicate(f.as_ref(), batch)?)?,
             None => batch.clone(),
         };
+        self.emit_passthrough(p, &batch, None, out)
+    }
+
+    /// Projects rows into the changelog; `deletes` marks tombstones.
+    fn emit_passthrough(
+        &mut self,
+        p: &PassthroughPlan,
+        batch: &RecordBatch,
+        deletes: Option<BooleanArray>,
+        out: &mut Output,
+    ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
         let columns = p
             .projection
             .iter()
-            .map(|e| eval_array(e.as_ref(), &batch))
+            .map(|e| eval_array(e.as_ref(), batch))
             .collect::<Result<Vec<_>>>()?;
         let rows = RecordBatch::try_new(Arc::clone(&self.plan.output_schema), columns)?;
         let timestamps = match &p.event_time {
-            EventTime::Column(e) => to_micros(&eval_array(e.as_ref(), &batch)?)?,
+            EventTime::Column(e) => to_micros(&eval_array(e.as_ref(), batch)?)?,
             EventTime::Ordinal => Int64Array::new_null(batch.num_rows()),
         };
         out.changes.push(ChangeBatch {
             rows,
-            deletes: None,
+            deletes,
             timestamps,
         });
         Ok(())
@@ -707,6 +782,11 @@ pub(crate) struct JoinLateness {
     pub retention: i64,
     /// The side is a versioned table (its late rows are versions).
     pub version: bool,
+}
+
+/// Whether a stage reads a changelog: a continuous aggregation over one.
+fn reads_changelog(kind: &QueryKind) -> bool {
+    matches!(kind, QueryKind::Aggregate(a) if a.changelog.is_some())
 }
 
 /// Applies WHERE, checks event times, and stamps each kept row with its

@@ -9,12 +9,15 @@
 //!   (flat schemas in one pass by `flat_json`).
 //! - [`changelog`]: result rows encoded as canonical JSON key/value pairs
 //!   (or Kafka Connect's JSON envelope).
+//! - [`debezium`]: Debezium's change events (JSON) unwrapped into a
+//!   table's rows and deletions.
 //! - [`encoder`]: the [`ChangeEncoder`] trait a sink's output format implements.
 //! - [`schema`]: input schemas declared as a SQL column list or a JSON file,
 //!   or inferred from a sample.
 //! - [`timestamp`]: the fast RFC 3339 / epoch-millis parser.
 
 pub mod changelog;
+pub mod debezium;
 pub mod decoder;
 pub mod encoder;
 pub mod error;

@@ -20,6 +20,7 @@ enum Named {
     Json,
     JsonConnect,
     Avro,
+    DebeziumJson,
 }
 
 fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
@@ -27,6 +28,12 @@ fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
         None | Some("json") => Named::Json,
         Some("avro") => Named::Avro,
         Some("json-connect") if output => Named::JsonConnect,
+        Some("debezium-json") if !output => Named::DebeziumJson,
+        Some("debezium-json") => {
+            return Err(RuntimeError::Config(
+                "format=debezium-json is a source format (Debezium's change events); an output writes json, json-connect or avro".into(),
+            ));
+        }
         Some("json-connect") => {
             return Err(RuntimeError::Config(
                 "format=json-connect is an output format (Kafka Connect's JSON with schemas); a source reads json or avro".into(),
@@ -36,7 +43,11 @@ fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
             return Err(RuntimeError::Config(format!(
                 "format={other:?} is unknown; {} takes json{}, avro (with registry=URL)",
                 if output { "an output" } else { "a source" },
-                if output { ", json-connect" } else { "" }
+                if output {
+                    ", json-connect"
+                } else {
+                    ", debezium-json"
+                }
             )));
         }
     })
@@ -85,6 +96,34 @@ pub fn source_decoder(
     }
 }
 
+/// The schema of a `format=debezium-json` source: the declared columns,
+/// marked as a changelog keyed by their PRIMARY KEY. Other sources' schemas
+/// are returned as they are.
+pub fn changelog_schema(
+    endpoint: &Endpoint,
+    schema: Option<arrow::datatypes::SchemaRef>,
+) -> Result<Option<arrow::datatypes::SchemaRef>> {
+    let Endpoint::Kafka(url) = endpoint else {
+        return Ok(schema);
+    };
+    if named(&kafka_url(url)?, false)? != Named::DebeziumJson {
+        return Ok(schema);
+    }
+    let Some(schema) = schema.filter(|s| !ubik_connector::primary_key(s).is_empty()) else {
+        return Err(RuntimeError::Config(format!(
+            "{url} reads Debezium change events: declare the table's columns with its PRIMARY KEY (--schema \"id BIGINT PRIMARY KEY, ...\"), the columns of Debezium's `after` rows"
+        )));
+    };
+    let mut metadata = schema.metadata().clone();
+    metadata.insert(
+        ubik_connector::CHANGELOG_METADATA.to_string(),
+        "debezium".to_string(),
+    );
+    Ok(Some(std::sync::Arc::new(
+        schema.as_ref().clone().with_metadata(metadata),
+    )))
+}
+
 /// The columns of an Avro source URL (`kafka://…?format=avro&registry=…`)
 /// from its registry alone, without opening Kafka: for planning before any
 /// record is read (Python's `validate`).
@@ -130,7 +169,8 @@ pub fn sink_encoder(
     };
     let url = kafka_url(url)?;
     Ok(match named(&url, true)? {
-        Named::Json => Box::new(ChangelogEncoder::new(schema, keys, keyed)),
+        // named() refuses a source-only format on an output.
+        Named::Json | Named::DebeziumJson => Box::new(ChangelogEncoder::new(schema, keys, keyed)),
         Named::JsonConnect => Box::new(ChangelogEncoder::connect(schema, keys, keyed)),
         Named::Avro => Box::new(
             AvroChangelogEncoder::register(

@@ -152,6 +152,7 @@ pub fn open_source(
     }
     // Only a declared schema can name a primary key.
     let schema = schema.map(|s| endpoint.transport_schema(s));
+    let schema = crate::codec::changelog_schema(&endpoint, schema)?;
     let mut source = open_endpoint(
         endpoint,
         &Opening {

@@ -24,8 +24,8 @@ use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
 use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
 use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
-use ubik_format::RecordDecoder;
 use ubik_format::schema::describe;
+use ubik_format::{BadRecord, RecordDecoder};
 
 use crate::changes::{decode_changes, encode_changes};
 use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
@@ -774,11 +774,58 @@ impl Pipeline {
     }
 
     fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
+        let chunk = match ubik_connector::is_changelog(&self.inputs[input].schema) {
+            true => {
+                // Debezium's events become the table's rows and deletions.
+                let unwrapped = ubik_format::debezium::unwrap(chunk);
+                for b in &unwrapped.bad {
+                    self.stats.records_in += 1;
+                    self.bad_record(input, &unwrapped.rejected, b)?;
+                }
+                unwrapped.rows
+            }
+            false => chunk,
+        };
         if chunk.meta.deletions.is_empty() {
             return self.on_run(input, chunk, false, out);
         }
         for (run, deletion) in record_meta::split_runs(chunk) {
             self.on_run(input, run, deletion, out)?;
+        }
+        Ok(())
+    }
+
+    /// A record that cannot be decoded: the run fails, or it is skipped or
+    /// dead-lettered, as `--on-error` says.
+    fn bad_record(&mut self, input: usize, chunk: &Chunk, bad: &BadRecord) -> Result<()> {
+        self.stats.decode_errors += 1;
+        let pos = chunk.positions.get(bad.index).copied();
+        let source_name = &self.inputs[input].name;
+        let place = match pos {
+            Some(pos) => format!("{} {pos} of {source_name}", chunk.position_name),
+            None => source_name.clone(),
+        };
+        match self.policy {
+            ErrorPolicy::Fail => {
+                return Err(RuntimeError::BadRecord(format!(
+                    "bad record at {place}: {}\nuse --on-error skip to skip bad records or --on-error dlq to dead-letter them",
+                    bad.message()
+                )));
+            }
+            ErrorPolicy::Skip => {
+                warn!("skipping bad record at {place}: {}", bad.message());
+            }
+            ErrorPolicy::DeadLetter => {
+                self.stats.dead_lettered("decode", &bad.message());
+                self.dead_letters.write(&DeadLetter {
+                    reason: "decode",
+                    message: &bad.message(),
+                    source: &self.inputs[input].name,
+                    partition: chunk.partition,
+                    position: pos.map(|x| (x, chunk.position_name)),
+                    record: chunk.payload.record(bad.index),
+                })?;
+            }
         }
         Ok(())
     }
@@ -809,37 +856,7 @@ impl Pipeline {
                     self.inputs[input].decoder.decode(&records)?
                 };
                 for bad in &decoded.bad {
-                    self.stats.decode_errors += 1;
-                    let pos = chunk.positions.get(bad.index).copied();
-                    let source_name = &self.inputs[input].name;
-                    let place = match pos {
-                        Some(pos) => {
-                            format!("{} {pos} of {source_name}", chunk.position_name)
-                        }
-                        None => source_name.clone(),
-                    };
-                    match self.policy {
-                        ErrorPolicy::Fail => {
-                            return Err(RuntimeError::BadRecord(format!(
-                                "bad record at {place}: {}\nuse --on-error skip to skip bad records or --on-error dlq to dead-letter them",
-                                bad.message()
-                            )));
-                        }
-                        ErrorPolicy::Skip => {
-                            warn!("skipping bad record at {place}: {}", bad.message());
-                        }
-                        ErrorPolicy::DeadLetter => {
-                            self.stats.dead_lettered("decode", &bad.message());
-                            self.dead_letters.write(&DeadLetter {
-                                reason: "decode",
-                                message: &bad.message(),
-                                source: &self.inputs[input].name,
-                                partition: chunk.partition,
-                                position: pos.map(|x| (x, chunk.position_name)),
-                                record: chunk.payload.record(bad.index),
-                            })?;
-                        }
-                    }
+                    self.bad_record(input, &chunk, bad)?;
                 }
                 let record_of = if decoded.records.is_empty() {
                     (0..decoded.batch.num_rows() as u32).collect()

@@ -17,6 +17,7 @@ pub mod distinct;
 pub mod exact;
 pub mod moments;
 pub mod native;
+pub mod retract;
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
 use arrow::datatypes::{DataType, FieldRef};
@@ -97,7 +98,15 @@ pub fn is_order_independent(spec: &AggregateSpec) -> bool {
 pub fn is_retractable(spec: &AggregateSpec) -> bool {
     matches!(
         pick_native(spec),
-        Some(Native::Count | Native::SumFloat | Native::AvgFloat)
+        Some(
+            Native::Count
+                | Native::SumFloat
+                | Native::AvgFloat
+                | Native::RetractSumInt
+                | Native::RetractSumUInt
+                | Native::CountedMin
+                | Native::CountedMax
+        )
     )
 }
 
@@ -121,6 +130,11 @@ enum Native {
     Max,
     CountDistinct,
     Moment(moments::Moment),
+    // Retracting variants ([`AggregateSpec::retracting`]).
+    RetractSumInt,
+    RetractSumUInt,
+    CountedMin,
+    CountedMax,
 }
 
 fn pick_native(spec: &AggregateSpec) -> Option<Native> {
@@ -145,15 +159,26 @@ fn pick_native(spec: &AggregateSpec) -> Option<Native> {
         ("avg", [DataType::Float64]) => Native::AvgFloat,
         ("min", [t]) if native::minmax_supported(t) => Native::Min,
         ("max", [t]) if native::minmax_supported(t) => Native::Max,
+        ("min", [t]) if spec.retracting && retract::CountedExtreme::supports(t) => Native::Min,
+        ("max", [t]) if spec.retracting && retract::CountedExtreme::supports(t) => Native::Max,
         (name, [DataType::Float64]) => Native::Moment(moments::Moment::from_name(name)?),
         _ => return None,
+    };
+    let native = match (spec.retracting, native) {
+        (false, n) => n,
+        (true, Native::SumInt) => Native::RetractSumInt,
+        (true, Native::SumUInt) => Native::RetractSumUInt,
+        (true, Native::Min) => Native::CountedMin,
+        (true, Native::Max) => Native::CountedMax,
+        (true, n @ (Native::Count | Native::SumFloat | Native::AvgFloat)) => n,
+        (true, _) => return None,
     };
     // The native result type must be exactly what DataFusion planned.
     let expected = match native {
         Native::Count | Native::CountDistinct => DataType::Int64,
-        Native::SumInt => DataType::Int64,
-        Native::SumUInt => DataType::UInt64,
-        Native::Min | Native::Max => args[0].clone(),
+        Native::SumInt | Native::RetractSumInt => DataType::Int64,
+        Native::SumUInt | Native::RetractSumUInt => DataType::UInt64,
+        Native::Min | Native::Max | Native::CountedMin | Native::CountedMax => args[0].clone(),
         Native::SumFloat | Native::AvgFloat | Native::Moment(_) => DataType::Float64,
     };
     (out == &expected).then_some(native)
@@ -171,6 +196,14 @@ fn native_accumulator(spec: &AggregateSpec) -> Option<Box<dyn StreamAccumulator>
         Native::Max => native::min_max(&out_type, true)?,
         Native::CountDistinct => Box::new(distinct::CountDistinct::default()),
         Native::Moment(m) => Box::new(moments::MomentAccumulator::new(m)),
+        Native::RetractSumInt => {
+            Box::new(retract::RetractSumInt::<arrow::datatypes::Int64Type>::default())
+        }
+        Native::RetractSumUInt => {
+            Box::new(retract::RetractSumInt::<arrow::datatypes::UInt64Type>::default())
+        }
+        Native::CountedMin => Box::new(retract::CountedExtreme::new(&out_type, false).ok()?),
+        Native::CountedMax => Box::new(retract::CountedExtreme::new(&out_type, true).ok()?),
     })
 }
 
@@ -184,6 +217,10 @@ fn native_state_fields(spec: &AggregateSpec) -> Option<Vec<FieldRef>> {
         Native::SumFloat | Native::AvgFloat => native::FloatSum::state_fields(),
         Native::CountDistinct => distinct::CountDistinct::state_fields(),
         Native::Moment(_) => moments::MomentAccumulator::state_fields(),
+        Native::RetractSumInt | Native::RetractSumUInt => {
+            retract::RetractSumInt::<arrow::datatypes::Int64Type>::state_fields(&out_type)
+        }
+        Native::CountedMin | Native::CountedMax => retract::CountedExtreme::state_fields(),
     })
 }
 

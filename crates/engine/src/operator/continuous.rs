@@ -20,13 +20,17 @@
 //! Groups spilled to the store are dropped there by the same cutoff, so
 //! what is dropped never depends on what was in memory.
 
-use arrow::datatypes::SchemaRef;
+use arrow::array::AsArray;
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{Int64Type, SchemaRef};
 
+use super::changelog::{TableRows, split_signed};
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
+use super::eval::eval_predicate;
 use super::{Operator, OperatorSnapshot, Output, StampedBatch};
 use crate::error::Result;
-use crate::plan::{AggregatePlan, EventTime, QueryOptions};
+use crate::plan::{AggregatePlan, EventTime, PhysicalExprRef, QueryOptions};
 use crate::state::keyed::Evicted;
 use crate::state::{KeyedState, PendingRows, SharedStore, StateEntry};
 use crate::time::MIN_TIME;
@@ -52,6 +56,9 @@ pub struct ContinuousOperator {
     store_durable: bool,
     pending: PendingRows,
     ttl: Option<Ttl>,
+    /// Over a changelog: the source's current rows, and `WHERE`, which is
+    /// judged after them (an update may move a row out of the filter).
+    changelog: Option<(TableRows, Option<PhysicalExprRef>)>,
 }
 
 /// State TTL of a continuous GROUP BY.
@@ -96,6 +103,17 @@ impl ContinuousOperator {
         if let Some(store) = store {
             state = state.with_store(store.clone(), "groups")?;
         }
+        let changelog = match &plan.changelog {
+            Some(c) => Some((
+                TableRows::new(source_schema.clone(), c.key.clone())?,
+                plan.filter.clone(),
+            )),
+            None => None,
+        };
+        let queued = match &changelog {
+            Some((t, _)) => t.signed_schema().clone(),
+            None => source_schema,
+        };
         Ok(Self {
             grid,
             has_event_time,
@@ -103,7 +121,8 @@ impl ContinuousOperator {
             emitter,
             state,
             store_durable: store.is_some_and(SharedStore::is_durable),
-            pending: PendingRows::new(source_schema, "__time"),
+            pending: PendingRows::new(queued, "__time"),
+            changelog,
             ttl: (options.state_ttl_us > 0 && has_event_time).then(|| Ttl {
                 ttl: options.state_ttl_us,
                 grid: options.ttl_grid(),
@@ -126,13 +145,23 @@ impl ContinuousOperator {
         }
         list.sort_by_key(|p| p.partition);
         for p in &list {
-            let keys = self.eval.keys(&p.batch)?;
-            let inputs = self.eval.inputs(&p.batch)?;
-            let times = self.has_event_time.then_some(p.values.as_slice());
-            self.state
-                .update(&keys, p.batch.num_rows(), &inputs, times)?;
+            let newest = match self.changelog.is_some() {
+                true => {
+                    // Rows in before rows out: a group's counts never dip below zero.
+                    let (put, times, taken) = split_signed(&p.batch, &p.values)?;
+                    self.fold(&put, &times)?;
+                    let keys = self.eval.keys(&taken)?;
+                    let inputs = self.eval.inputs(&taken)?;
+                    self.state.retract(&keys, taken.num_rows(), &inputs)?;
+                    times.iter().copied().max()
+                }
+                false => {
+                    self.fold(&p.batch, &p.values)?;
+                    p.values.iter().copied().max()
+                }
+            };
             if let Some(t) = self.ttl.as_mut() {
-                let newest = p.values.iter().copied().max().unwrap_or(MIN_TIME);
+                let newest = newest.unwrap_or(MIN_TIME);
                 if t.newest == MIN_TIME && newest != MIN_TIME {
                     // Sweeps start at the grid point before the first event
                     // time folded in (nothing expires before it). Not the
@@ -147,17 +176,77 @@ impl ContinuousOperator {
         if groups.is_empty() {
             return Ok(());
         }
+        let mut values = self.state.evaluate(&groups)?;
+        // Over a changelog the last aggregate counts each group's rows: a
+        // group left without any is retracted, and forgotten.
+        let emptied: Vec<bool> = match self.changelog.is_some() {
+            true => {
+                let rows = values.pop().expect("the hidden row count");
+                let rows = rows.as_primitive::<Int64Type>();
+                (0..rows.len()).map(|i| rows.value(i) <= 0).collect()
+            }
+            false => Vec::new(),
+        };
         let rows = StageRows {
             keys: self.state.keys(&groups)?,
             window: None,
-            values: self.state.evaluate(&groups)?,
+            values,
             timestamps: self.state.max_time(&groups),
             visible: self.state.visible(&groups),
-            retract: Vec::new(),
+            retract: emptied.clone(),
         };
         let (batch, visible) = self.emitter.emit(rows)?;
         self.state.set_visible(&groups, &visible);
         out.changes.extend(batch);
+        let gone: Vec<usize> = groups
+            .iter()
+            .zip(&emptied)
+            .filter(|(_, e)| **e)
+            .map(|(&g, _)| g)
+            .collect();
+        if !gone.is_empty() {
+            self.state.drop_groups(&gone)?;
+        }
+        Ok(())
+    }
+
+    /// Folds rows into their groups.
+    fn fold(&mut self, batch: &arrow::array::RecordBatch, times: &[i64]) -> Result<()> {
+        let keys = self.eval.keys(batch)?;
+        let inputs = self.eval.inputs(batch)?;
+        let times = self.has_event_time.then_some(times);
+        self.state.update(&keys, batch.num_rows(), &inputs, times)
+    }
+
+    /// Over a changelog: turns upserts (or deletions) into the rows they
+    /// put in and take out, keeps those `WHERE` passes, and queues them.
+    fn apply_changes(&mut self, input: StampedBatch, deletion: bool) -> Result<()> {
+        let (table, filter) = self.changelog.as_mut().ok_or_else(|| {
+            crate::error::EngineError::internal("changes for an append-only input")
+        })?;
+        let mut signed = table.apply(input, deletion)?;
+        if let Some(f) = filter {
+            let keep = eval_predicate(f.as_ref(), &signed.batch)?;
+            if keep.true_count() < keep.len() {
+                let kept = |v: &[i64]| -> Vec<i64> {
+                    v.iter()
+                        .enumerate()
+                        .filter(|(i, _)| keep.value(*i))
+                        .map(|(_, &x)| x)
+                        .collect()
+                };
+                signed.times = kept(&signed.times);
+                signed.stamps = kept(&signed.stamps);
+                signed.batch = filter_record_batch(&signed.batch, &keep)?;
+            }
+        }
+        self.pending.push_runs(
+            signed.partition,
+            &signed.batch,
+            &signed.stamps,
+            &signed.times,
+            self.grid,
+        );
         Ok(())
     }
 
@@ -196,6 +285,9 @@ impl ContinuousOperator {
 
 impl Operator for ContinuousOperator {
     fn process_batch(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
+        if self.changelog.is_some() {
+            return self.apply_changes(input, false);
+        }
         self.pending.push_runs(
             input.partition,
             &input.batch,
@@ -204,6 +296,10 @@ impl Operator for ContinuousOperator {
             self.grid,
         );
         Ok(())
+    }
+
+    fn process_deletions(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
+        self.apply_changes(input, true)
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {
@@ -228,6 +324,9 @@ impl Operator for ContinuousOperator {
             batches.push((StateEntry::Groups, self.state.snapshot_all()?));
         }
         self.pending.snapshot(&mut batches)?;
+        if let Some((table, _)) = &self.changelog {
+            batches.push((StateEntry::Table, table.snapshot()?));
+        }
         let mut snapshot = OperatorSnapshot::new(batches);
         if let Some(t) = &self.ttl {
             snapshot.meta = serde_json::json!({ "ttl_swept": t.swept, "ttl_newest": t.newest });
@@ -248,6 +347,10 @@ impl Operator for ContinuousOperator {
                 StateEntry::Pending {
                     tick, partition, ..
                 } => self.pending.restore(tick, partition, &batch)?,
+                StateEntry::Table => match self.changelog.as_mut() {
+                    Some((table, _)) => table.restore(&batch)?,
+                    None => return Err(StateEntry::Table.unexpected("continuous")),
+                },
                 other => return Err(other.unexpected("continuous")),
             }
         }
@@ -261,7 +364,9 @@ impl Operator for ContinuousOperator {
     }
 
     fn state_size(&self) -> usize {
-        self.state.size() + self.pending.size()
+        self.state.size()
+            + self.pending.size()
+            + self.changelog.as_ref().map_or(0, |(t, _)| t.size())
     }
 
     fn spill(&mut self, target: usize) -> Result<Evicted> {
@@ -269,6 +374,6 @@ impl Operator for ContinuousOperator {
     }
 
     fn state_keys(&self) -> usize {
-        self.state.len()
+        self.state.len() + self.changelog.as_ref().map_or(0, |(t, _)| t.len())
     }
 }

@@ -1,6 +1,7 @@
 //! Streaming operators: each takes stamped input batches, reacts to the
 //! global watermark, and snapshots its state for checkpoints.
 
+pub mod changelog;
 pub mod continuous;
 pub mod emit;
 pub mod eval;
@@ -194,6 +195,13 @@ impl OperatorSnapshot {
 pub trait Operator: Send {
     /// Folds a batch in. Emits only rejects; results wait for the watermark.
     fn process_batch(&mut self, input: StampedBatch, out: &mut Output) -> Result<()>;
+    /// Takes in deletions of a changelog source's keys (rows holding the
+    /// key). Only operators planned over a changelog take them.
+    fn process_deletions(&mut self, _input: StampedBatch, _out: &mut Output) -> Result<()> {
+        Err(crate::error::EngineError::internal(
+            "deletions for an operator that does not read a changelog",
+        ))
+    }
     /// The global watermark advanced to `watermark`: emit what it closes, in order.
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()>;
     /// The operator's state for a checkpoint (taken between batches).

@@ -1,5 +1,6 @@
 //! SQL front end: DataFusion's parser and planner with ubik's window functions.
 
+mod changelog;
 pub mod context;
 mod diagnose;
 pub mod functions;

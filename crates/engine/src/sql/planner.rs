@@ -475,6 +475,12 @@ impl Lowering {
     }
 
     fn lower(self, root: &LogicalPlan) -> Result<QueryPlan> {
+        let plan = self.lower_kind(root)?;
+        super::changelog::check(&plan)?;
+        Ok(plan)
+    }
+
+    fn lower_kind(self, root: &LogicalPlan) -> Result<QueryPlan> {
         refuse_duplicate_names(root.schema())?;
         let output_schema = Arc::new(root.schema().as_arrow().clone());
         let top = Chain::walk(root, true)?;
@@ -572,8 +578,33 @@ impl Lowering {
             .collect::<Result<Vec<_>>>()?;
         let filter = self.conjunction(filters, scan_schema)?;
         let event_time = self.default_event_time(&input)?;
-        let key_columns = self
-            .options
+        // A changelog passed through is keyed by its primary key (a key
+        // setting of its own is refused by the changelog check).
+        let changelog = super::changelog::source(&input).is_some() && self.options.key.is_empty();
+        let key_columns = match changelog {
+            true => super::changelog::passthrough_key(&input, &outputs)?,
+            false => self.key_setting_columns(&output_schema)?,
+        };
+        Ok(QueryPlan {
+            sql: self.sql.clone(),
+            sources: input.sources,
+            join: input.join,
+            input_schema: Arc::new(scan_schema.as_arrow().clone()),
+            output_schema,
+            key_columns,
+            kind: QueryKind::Passthrough(PassthroughPlan {
+                filter,
+                projection,
+                event_time,
+                changelog,
+            }),
+            options: self.options.clone(),
+        })
+    }
+
+    /// The result columns the key setting names.
+    fn key_setting_columns(&self, output_schema: &Schema) -> Result<Vec<usize>> {
+        self.options
             .key
             .iter()
             .map(|name| {
@@ -589,21 +620,7 @@ impl Lowering {
                     ))
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(QueryPlan {
-            sql: self.sql.clone(),
-            sources: input.sources,
-            join: input.join,
-            input_schema: Arc::new(scan_schema.as_arrow().clone()),
-            output_schema,
-            key_columns,
-            kind: QueryKind::Passthrough(PassthroughPlan {
-                filter,
-                projection,
-                event_time,
-            }),
-            options: self.options.clone(),
-        })
+            .collect::<Result<Vec<_>>>()
     }
 
     fn lower_aggregate(
@@ -657,7 +674,16 @@ impl Lowering {
     ) -> Result<LoweredAggregation> {
         let scan_schema = &Arc::clone(&stage_input.schema);
         let groups = self.lower_group_by(agg, input, &mut stage_input)?;
-        let aggregates = self.lower_aggregates(agg, input, scan_schema)?;
+        let mut aggregates = self.lower_aggregates(agg, input, scan_schema)?;
+        let changelog = match super::changelog::source(&stage_input) {
+            Some(source) => Some(super::changelog::retracting(
+                source,
+                groups.window,
+                &mut aggregates,
+                self.rows_count(scan_schema)?,
+            )?),
+            None => None,
+        };
         let stage = stage_schema(agg)?;
         let (outputs, having) = post_aggregation(root, top, agg, groups.window_position)?;
         // A nested aggregation's inner groups are the operator's own: its
@@ -690,6 +716,7 @@ impl Lowering {
                 window_position: groups.window_position,
                 having,
                 projection,
+                changelog,
             },
             key_columns,
             window_output,
@@ -807,9 +834,36 @@ impl Lowering {
                 function: lowered.aggregate,
                 filter: lowered.filter,
                 field: Arc::clone(field),
+                retracting: false,
             });
         }
         Ok(aggregates)
+    }
+
+    /// A hidden `count(*)`: how many rows a group holds, so that a group
+    /// whose rows were all taken back out is retracted.
+    fn rows_count(&self, scan_schema: &DFSchemaRef) -> Result<AggregateSpec> {
+        let expr = datafusion_functions_aggregate::count::count(Expr::Literal(
+            ScalarValue::Int64(Some(1)),
+            None,
+        ));
+        let lowered = LoweredAggregateBuilder::new(
+            &expr,
+            scan_schema,
+            scan_schema.as_arrow(),
+            &self.props,
+            &PhysicalPlanningContext::default(),
+        )
+        .with_name("__ubik_rows")
+        .build()?;
+        Ok(AggregateSpec {
+            arg_types: vec![DataType::Int64],
+            input_types: vec![DataType::Int64],
+            function: lowered.aggregate,
+            filter: None,
+            field: Arc::new(Field::new("__ubik_rows", DataType::Int64, false)),
+            retracting: true,
+        })
     }
 }
 

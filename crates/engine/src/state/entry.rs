@@ -32,6 +32,8 @@ pub enum StateEntry {
     JoinSide(u8),
     /// State of the aggregation a join side reads: `side/<side>/<entry>`.
     Side(u8, Box<StateEntry>),
+    /// The current rows of a changelog source, by primary key: `table`.
+    Table,
 }
 
 impl StateEntry {
@@ -51,6 +53,7 @@ impl StateEntry {
             } => format!("pending/{tick}/{seq}/{partition}"),
             StateEntry::JoinSide(side) => format!("join/{side}"),
             StateEntry::Side(side, inner) => format!("side/{side}/{}", inner.name()),
+            StateEntry::Table => "table".into(),
         }
     }
 
@@ -67,6 +70,7 @@ impl StateEntry {
         let parts: Vec<&str> = name.split('/').collect();
         Ok(match parts.as_slice() {
             ["state"] => StateEntry::Groups,
+            ["table"] => StateEntry::Table,
             ["sessions"] => StateEntry::Sessions,
             ["ranks"] => StateEntry::Ranks,
             ["folded"] => StateEntry::Folded,

@@ -1,0 +1,213 @@
+//! The current rows of a changelog source, by primary key ([`TableRows`]),
+//! which turn upserts and deletions into signed rows for an aggregation.
+//!
+//! An upsert of key `k` takes `k`'s current row back out (if any) and puts
+//! the new one in; a deletion takes it out. The old row comes from this
+//! state, not from the event's `before` image, so the result is right under
+//! any replica identity, and a change delivered twice (Debezium is
+//! at-least-once) retracts what it adds. Rows of one key keep their order
+//! because a key lives in one partition.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+
+use super::StampedBatch;
+use crate::error::Result;
+
+/// The column marking rows taken back out (true) among rows put in.
+pub const RETRACT_COLUMN: &str = "__ubik_retract";
+
+/// The input schema with [`RETRACT_COLUMN`] appended: what the operator queues.
+pub fn signed_schema(input: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<_> = input.fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(
+        RETRACT_COLUMN,
+        DataType::Boolean,
+        false,
+    )));
+    Arc::new(Schema::new_with_metadata(fields, input.metadata().clone()))
+}
+
+pub struct TableRows {
+    schema: SchemaRef,
+    signed: SchemaRef,
+    key: Vec<usize>,
+    keys: RowConverter,
+    rows: RowConverter,
+    current: HashMap<Box<[u8]>, Box<[u8]>>,
+    bytes: usize,
+}
+
+impl TableRows {
+    pub fn new(schema: SchemaRef, key: Vec<usize>) -> Result<Self> {
+        let sort = |i: usize| SortField::new(schema.field(i).data_type().clone());
+        Ok(Self {
+            keys: RowConverter::new(key.iter().map(|&i| sort(i)).collect())?,
+            rows: RowConverter::new((0..schema.fields().len()).map(sort).collect())?,
+            signed: signed_schema(&schema),
+            schema,
+            key,
+            current: HashMap::new(),
+            bytes: 0,
+        })
+    }
+
+    pub fn signed_schema(&self) -> &SchemaRef {
+        &self.signed
+    }
+
+    /// Applies upserts (`deletion` false) or deletions of their keys, in
+    /// order: the rows put in (the upserts themselves) then the rows taken
+    /// out, each marked in [`RETRACT_COLUMN`] and carrying the time and
+    /// stamp of the change that moved it.
+    pub fn apply(&mut self, input: StampedBatch, deletion: bool) -> Result<StampedBatch> {
+        let batch = &input.batch;
+        let key_columns: Vec<ArrayRef> = self
+            .key
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        let keys = self.keys.convert_columns(&key_columns)?;
+        let rows = match deletion {
+            false => Some(self.rows.convert_columns(batch.columns())?),
+            true => None,
+        };
+        let mut old_rows: Vec<Box<[u8]>> = Vec::new();
+        let mut old_of: Vec<usize> = Vec::new();
+        for i in 0..batch.num_rows() {
+            let key = keys.row(i);
+            let old = match &rows {
+                Some(rows) => {
+                    let new: Box<[u8]> = rows.row(i).as_ref().into();
+                    self.bytes += new.len();
+                    match self.current.get_mut(key.as_ref()) {
+                        Some(slot) => Some(std::mem::replace(slot, new)),
+                        None => {
+                            self.bytes += key.as_ref().len() + 64;
+                            self.current.insert(key.as_ref().into(), new);
+                            None
+                        }
+                    }
+                }
+                None => self.current.remove(key.as_ref()).inspect(|_| {
+                    self.bytes = self.bytes.saturating_sub(key.as_ref().len() + 64);
+                }),
+            };
+            if let Some(old) = old {
+                self.bytes = self.bytes.saturating_sub(old.len());
+                old_rows.push(old);
+                old_of.push(i);
+            }
+        }
+        let put_in = match deletion {
+            false => batch.num_rows(),
+            true => 0,
+        };
+        let mut parts = Vec::with_capacity(2);
+        if put_in > 0 {
+            parts.push(self.signed_part(batch.columns().to_vec(), false)?);
+        }
+        if !old_rows.is_empty() {
+            let parser = self.rows.parser();
+            let columns = self
+                .rows
+                .convert_rows(old_rows.iter().map(|r| parser.parse(r)))?;
+            parts.push(self.signed_part(columns, true)?);
+        }
+        let pick = |v: &[i64]| -> Vec<i64> {
+            let mut out = if put_in > 0 { v.to_vec() } else { Vec::new() };
+            out.extend(old_of.iter().map(|&i| v[i]));
+            out
+        };
+        let mut origin = if put_in > 0 {
+            input.origin.clone()
+        } else {
+            Vec::new()
+        };
+        origin.extend(old_of.iter().map(|&i| input.origin[i]));
+        Ok(StampedBatch {
+            partition: input.partition,
+            batch: concat_batches(&self.signed, &parts)?,
+            times: pick(&input.times),
+            stamps: pick(&input.stamps),
+            origin,
+        })
+    }
+
+    fn signed_part(&self, mut columns: Vec<ArrayRef>, retract: bool) -> Result<RecordBatch> {
+        let n = columns.first().map_or(0, |c| c.len());
+        columns.push(Arc::new(BooleanArray::from(vec![retract; n])));
+        Ok(RecordBatch::try_new(Arc::clone(&self.signed), columns)?)
+    }
+
+    /// Every current row (for a checkpoint), in key order so the snapshot's
+    /// bytes do not depend on the hash table's.
+    pub fn snapshot(&self) -> Result<RecordBatch> {
+        let mut entries: Vec<(&[u8], &[u8])> = self
+            .current
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect();
+        entries.sort_unstable();
+        let parser = self.rows.parser();
+        let columns = self
+            .rows
+            .convert_rows(entries.iter().map(|(_, r)| parser.parse(r)))?;
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+
+    /// Puts the rows of a [`Self::snapshot`] back.
+    pub fn restore(&mut self, batch: &RecordBatch) -> Result<()> {
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
+        let rows = StampedBatch {
+            partition: 0,
+            times: vec![0; batch.num_rows()],
+            stamps: vec![0; batch.num_rows()],
+            origin: (0..batch.num_rows() as u32).collect(),
+            batch,
+        };
+        self.apply(rows, false)?;
+        Ok(())
+    }
+
+    pub fn size(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.current.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.current.is_empty()
+    }
+}
+
+/// Splits a queued signed batch into the rows put in and the rows taken
+/// out (both without [`RETRACT_COLUMN`]), with the times of the first.
+pub fn split_signed(
+    batch: &RecordBatch,
+    times: &[i64],
+) -> Result<(RecordBatch, Vec<i64>, RecordBatch)> {
+    let k = batch.num_columns() - 1;
+    let retract = arrow::array::AsArray::as_boolean(batch.column(k));
+    let (mut put, mut taken) = (Vec::new(), Vec::new());
+    for i in 0..batch.num_rows() {
+        match retract.value(i) {
+            false => put.push(i as u32),
+            true => taken.push(i as u32),
+        }
+    }
+    let rows = batch.project(&(0..k).collect::<Vec<_>>())?;
+    let put_times = put.iter().map(|&i| times[i as usize]).collect();
+    Ok((
+        take_record_batch(&rows, &UInt32Array::from(put))?,
+        put_times,
+        take_record_batch(&rows, &UInt32Array::from(taken))?,
+    ))
+}

@@ -1,0 +1,314 @@
+//! Debezium's change-event envelope in JSON (`format=debezium-json`), as
+//! Kafka Connect's `JsonConverter` writes it with or without
+//! `schemas.enable` (`{"schema":…,"payload":{…}}` or the payload alone).
+//!
+//! [`unwrap`] turns a chunk of change events into a chunk of the table's
+//! rows, without building a JSON tree: each event is skimmed for its `op`,
+//! its `source.ts_ms` and the byte spans of its `before` and `after`
+//! objects, and the new chunk's records are those spans of the same
+//! buffer. Creates, snapshot reads and updates (`c`, `r`, `u`) become their
+//! `after` row; a delete (`d`) becomes a deletion whose key is read from
+//! its `before` row (which holds at least the primary key under any
+//! replica identity). Each row's timestamp is the change's source time,
+//! so a version is valid from when the database made it.
+//!
+//! The tombstone Debezium writes after a delete (for log compaction) is
+//! dropped: its delete came first. An event that cannot be applied (no
+//! `after` for a `c`, no `before` for a `d`, a truncate, an unknown `op`,
+//! not JSON) is a [`BadRecord`] of the original chunk.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use ubik_connector::{Chunk, Payload, RecordMeta};
+
+use crate::decoder::BadRecord;
+
+/// One change event's parts, borrowed from its bytes.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    before: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    op: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    source: Option<SourceInfo>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct SourceInfo {
+    #[serde(default)]
+    ts_ms: Option<i64>,
+}
+
+/// What one event changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Change {
+    /// The row's new image: bytes `span` of the record.
+    Upsert(Range<usize>),
+    /// The key (in the old image at `span`) stops existing.
+    Delete(Range<usize>),
+}
+
+/// The value when it is a JSON object (not `null`).
+fn object(v: Option<&RawValue>) -> Option<&RawValue> {
+    v.filter(|v| v.get().starts_with('{'))
+}
+
+/// Reads one event: its change and its source time (ms), or why it cannot
+/// be applied.
+fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
+    let outer: Envelope<'_> = serde_json::from_slice(record)
+        .map_err(|e| format!("not a Debezium change event (JSON): {e}"))?;
+    // With schemas.enable=true the event is the payload of Connect's envelope.
+    let env = match (&outer.op, outer.payload) {
+        (None, Some(p)) => serde_json::from_str(p.get())
+            .map_err(|e| format!("not a Debezium change event (its payload): {e}"))?,
+        _ => outer,
+    };
+    let op = env.op.as_deref().ok_or_else(|| {
+        "not a Debezium change event: it has no `op` (is the topic plain JSON? then drop format=debezium-json)".to_string()
+    })?;
+    let time = env.source.and_then(|s| s.ts_ms).or(env.ts_ms);
+    let span = |v: &RawValue| {
+        let text = v.get();
+        let start = text.as_ptr() as usize - record.as_ptr() as usize;
+        start..start + text.len()
+    };
+    let change = match op {
+        "c" | "r" | "u" => Change::Upsert(span(object(env.after).ok_or_else(|| {
+            format!("a Debezium `{op}` event without an `after` row: there is no new row to apply")
+        })?)),
+        "d" => Change::Delete(span(object(env.before).ok_or_else(|| {
+            "a Debezium delete (`d`) without a `before` row: its key is unknown (Debezium always writes the key columns there; was the event rewritten?)".to_string()
+        })?)),
+        "t" => {
+            return Err(
+                "a Debezium truncate (`t`) names no rows, so ubik cannot take them back one by one; keep Debezium's default `skipped.operations=t`, or restart the query from a new snapshot after a truncate".into(),
+            );
+        }
+        other => {
+            return Err(format!(
+                "a Debezium event with op {other:?}: ubik applies c, r, u and d"
+            ));
+        }
+    };
+    Ok((change, time))
+}
+
+/// A chunk of change events, unwrapped.
+#[derive(Debug)]
+pub struct Unwrapped {
+    /// The table's rows: deletions marked in [`RecordMeta::deletions`],
+    /// source times in [`RecordMeta::timestamps`].
+    pub rows: Chunk,
+    /// The events that cannot be applied (copied out, with their
+    /// positions), and why: [`BadRecord::index`] indexes this chunk.
+    pub rejected: Chunk,
+    pub bad: Vec<BadRecord>,
+}
+
+/// Unwraps a chunk of Debezium JSON events (see the module doc).
+/// Tombstones are dropped.
+pub fn unwrap(chunk: Chunk) -> Unwrapped {
+    let Chunk {
+        partition,
+        payload,
+        positions,
+        position_name,
+        meta,
+    } = chunk;
+    let Payload::Bytes { data, spans } = payload else {
+        // Rows handed over as Arrow are rows already.
+        let rows = Chunk {
+            partition,
+            payload,
+            positions,
+            position_name,
+            meta,
+        };
+        return Unwrapped {
+            rejected: empty(partition, position_name),
+            rows,
+            bad: Vec::new(),
+        };
+    };
+    let n = spans.len();
+    let mut tombstone = vec![false; n];
+    for &d in &meta.deletions {
+        if let Some(t) = tombstone.get_mut(d as usize) {
+            *t = true;
+        }
+    }
+    let mut out = RecordMeta::default();
+    let (mut rows, mut kept_positions, mut bad) = (Vec::with_capacity(n), Vec::new(), Vec::new());
+    let mut rejected = empty(partition, position_name);
+    for (i, record_span) in spans.iter().enumerate() {
+        if tombstone[i] {
+            continue;
+        }
+        match read_event(&data[record_span.clone()]) {
+            Ok((change, time)) => {
+                let (range, deletion) = match change {
+                    Change::Upsert(r) => (r, false),
+                    Change::Delete(r) => (r, true),
+                };
+                if deletion {
+                    out.deletions.push(rows.len() as u32);
+                }
+                let fallback = meta.timestamps.get(i).copied();
+                if let Some(t) = time.or(fallback) {
+                    out.timestamps.push(t);
+                }
+                rows.push(record_span.start + range.start..record_span.start + range.end);
+                kept_positions.push(positions.get(i).copied().unwrap_or_default());
+            }
+            Err(reason) => {
+                let Payload::Bytes { data: copy, spans } = &mut rejected.payload else {
+                    unreachable!("built as bytes")
+                };
+                bad.push(BadRecord {
+                    index: spans.len(),
+                    field: None,
+                    reason,
+                });
+                let at = copy.len();
+                copy.extend_from_slice(&data[record_span.clone()]);
+                spans.push(at..copy.len());
+                rejected
+                    .positions
+                    .push(positions.get(i).copied().unwrap_or_default());
+            }
+        }
+    }
+    // Times are all or nothing: a source without record times and events
+    // without source times give none.
+    if out.timestamps.len() != rows.len() {
+        out.timestamps.clear();
+    }
+    let rows = Chunk {
+        partition,
+        payload: Payload::Bytes { data, spans: rows },
+        positions: kept_positions,
+        position_name,
+        meta: out,
+    };
+    Unwrapped {
+        rows,
+        rejected,
+        bad,
+    }
+}
+
+fn empty(partition: u32, position_name: &'static str) -> Chunk {
+    Chunk {
+        partition,
+        payload: Payload::Bytes {
+            data: Vec::new(),
+            spans: Vec::new(),
+        },
+        positions: Vec::new(),
+        position_name,
+        meta: RecordMeta::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(records: &[&str], tombstones: Vec<u32>) -> Chunk {
+        let mut data = Vec::new();
+        let mut spans = Vec::new();
+        for r in records {
+            let at = data.len();
+            data.extend_from_slice(r.as_bytes());
+            spans.push(at..data.len());
+        }
+        Chunk {
+            partition: 0,
+            positions: (0..records.len() as u64).map(|i| 100 + i).collect(),
+            payload: Payload::Bytes { data, spans },
+            position_name: "offset",
+            meta: RecordMeta {
+                timestamps: vec![7; records.len()],
+                deletions: tombstones,
+            },
+        }
+    }
+
+    fn texts(c: &Chunk) -> Vec<String> {
+        c.payload
+            .records()
+            .iter()
+            .map(|r| String::from_utf8(r.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn events_become_rows_and_deletions_with_their_source_time() {
+        let input = chunk(
+            &[
+                r#"{"before":null,"after":{"id":1,"m":"a"},"source":{"ts_ms":5},"op":"r","ts_ms":9}"#,
+                r#"{"schema":{"type":"struct"},"payload":{"before":{"id":1,"m":"a"},"after":{"id":1,"m":"b"},"source":{"ts_ms":6,"name":"x"},"op":"u"}}"#,
+                r#"{"before":{"id":1,"m":null},"after":null,"source":{"ts_ms":8},"op":"d"}"#,
+                "1",
+            ],
+            vec![3],
+        );
+        let Unwrapped { rows, bad, .. } = unwrap(input);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(
+            texts(&rows),
+            [
+                r#"{"id":1,"m":"a"}"#,
+                r#"{"id":1,"m":"b"}"#,
+                r#"{"id":1,"m":null}"#
+            ]
+        );
+        assert_eq!(rows.meta.deletions, [2]);
+        assert_eq!(rows.meta.timestamps, [5, 6, 8]);
+        assert_eq!(rows.positions, [100, 101, 102]);
+    }
+
+    #[test]
+    fn events_that_cannot_be_applied_are_bad_records_of_the_original_chunk() {
+        let input = chunk(
+            &[
+                r#"{"before":null,"after":null,"op":"c"}"#,
+                r#"{"id":1}"#,
+                r#"{"before":null,"after":null,"op":"d"}"#,
+                r#"{"op":"t","source":{"ts_ms":1}}"#,
+                r#"{"op":"c","after":{"id":2}}"#,
+                "not json",
+            ],
+            vec![],
+        );
+        let Unwrapped {
+            rows,
+            rejected,
+            bad,
+        } = unwrap(input);
+        assert_eq!(texts(&rejected)[4], "not json");
+        assert_eq!(rejected.positions, [100, 101, 102, 103, 105]);
+        let reasons: Vec<(usize, &str)> =
+            bad.iter().map(|b| (b.index, b.reason.as_str())).collect();
+        assert_eq!(reasons.len(), 5, "{reasons:?}");
+        assert!(reasons[0].1.contains("without an `after`"), "{reasons:?}");
+        assert!(reasons[1].1.contains("no `op`"), "{reasons:?}");
+        assert!(reasons[2].1.contains("without a `before`"), "{reasons:?}");
+        assert!(reasons[3].1.contains("truncate"), "{reasons:?}");
+        assert_eq!(reasons[4].0, 4);
+        assert_eq!(texts(&rows), [r#"{"id":2}"#]);
+        // The kept event has no source time: the record's timestamp stands in.
+        assert_eq!(rows.meta.timestamps, [7]);
+        assert_eq!(rows.positions, [104]);
+    }
+}

@@ -1,0 +1,314 @@
+//! A continuous GROUP BY over a changelog source (Debezium's upserts and
+//! deletes by primary key): random changes, some delivered twice, spread
+//! over partitions by key and interleaved at random. The latest-per-key
+//! fold of ubik's changelog must equal DataFusion's one-shot answer over
+//! the table's final rows, and the bytes must not depend on batching,
+//! interleaving or a checkpoint/restore in the middle.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use ubik_engine::progress::partition_id;
+use ubik_engine::{Catalog, QueryOptions, plan_query};
+use ubik_format::json::JsonDecoder;
+use ubik_sqltest::harness::{Feed, Record, run};
+use ubik_testkit::{Rng, State, assert_matches, oracle};
+
+fn schema() -> SchemaRef {
+    let s = ubik_format::schema::parse_column_list(
+        "id BIGINT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, qty BIGINT, ts TIMESTAMP",
+    )
+    .unwrap();
+    let mut metadata = s.metadata().clone();
+    metadata.insert(ubik_connector::CHANGELOG_METADATA.into(), "debezium".into());
+    Arc::new(s.as_ref().clone().with_metadata(metadata))
+}
+
+/// One change: an upsert of a whole row, or a deletion of `id`.
+#[derive(Clone)]
+struct Change {
+    id: u64,
+    row: Option<String>,
+    json: String,
+}
+
+/// `n` random changes of up to `ids` rows, a few delivered twice (as
+/// Debezium may after a restart).
+fn changes(rng: &mut Rng, n: usize, ids: u64) -> Vec<Change> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let id = rng.below(ids);
+        let ts = format!(
+            "2024-01-01T00:{:02}:{:02}.{:03}Z",
+            i / 6000,
+            (i / 100) % 60,
+            (i * 10) % 1000
+        );
+        let change = if rng.below(5) == 0 {
+            Change {
+                id,
+                row: None,
+                json: format!(r#"{{"id":{id},"ts":"{ts}"}}"#),
+            }
+        } else {
+            let amount = match rng.below(10) {
+                0 => "null".to_string(),
+                _ => format!("{}.{}", rng.below(100) as i64 - 20, rng.below(4) * 25),
+            };
+            let row = format!(
+                r#"{{"id":{id},"merchant":"m{}","amount":{amount},"qty":{},"ts":"{ts}"}}"#,
+                rng.below(4),
+                rng.below(6)
+            );
+            Change {
+                id,
+                row: Some(row.clone()),
+                json: row,
+            }
+        };
+        if rng.below(20) == 0 {
+            out.push(change.clone());
+        }
+        out.push(change);
+    }
+    out
+}
+
+fn decode(lines: &[&str]) -> RecordBatch {
+    let mut d = JsonDecoder::new(schema()).unwrap();
+    let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+    let out = d.decode(&records).unwrap();
+    assert!(out.bad.is_empty(), "{:?}", out.bad);
+    out.batch
+}
+
+/// The table's rows after every change, applied in order.
+fn final_rows(changes: &[Change]) -> RecordBatch {
+    let mut table: BTreeMap<u64, &str> = BTreeMap::new();
+    for c in changes {
+        match &c.row {
+            Some(r) => table.insert(c.id, r),
+            None => table.remove(&c.id),
+        };
+    }
+    decode(&table.values().copied().collect::<Vec<_>>())
+}
+
+/// The changes as feeds: partition `id % parts`, random sizes, upserts and
+/// deletions in separate feeds, partitions interleaved at random.
+fn feeds(rng: &mut Rng, changes: &[Change], parts: u32) -> Vec<Feed> {
+    let mut per: Vec<Vec<Feed>> = (0..parts)
+        .map(|p| {
+            let mine: Vec<&Change> = changes
+                .iter()
+                .filter(|c| c.id % parts as u64 == p as u64)
+                .collect();
+            let mut feeds = Vec::new();
+            let mut at = 0;
+            while at < mine.len() {
+                let deletion = mine[at].row.is_none();
+                let mut end = at;
+                let cap = at + 1 + rng.below(40) as usize;
+                while end < mine.len() && end < cap && mine[end].row.is_none() == deletion {
+                    end += 1;
+                }
+                let lines: Vec<&str> = mine[at..end].iter().map(|c| c.json.as_str()).collect();
+                feeds.push(Feed {
+                    partition: partition_id(0, p),
+                    batch: decode(&lines),
+                    deletion,
+                });
+                at = end;
+            }
+            feeds.reverse();
+            feeds
+        })
+        .collect();
+    let mut out = Vec::new();
+    while per.iter().any(|f| !f.is_empty()) {
+        let p = rng.below(parts as u64) as usize;
+        if let Some(f) = per[p].pop() {
+            out.push(f);
+        }
+    }
+    out
+}
+
+fn fold(records: &[Record]) -> State {
+    ubik_testkit::fold(
+        records
+            .iter()
+            .map(|r| (r.key.as_deref().unwrap_or_default(), r.value.as_deref())),
+    )
+}
+
+const QUERIES: &[&str] = &[
+    "SELECT merchant, count(*) AS n, count(amount) AS na, sum(amount) AS total, sum(qty) AS q, avg(amount) AS mean, min(amount) AS lo, max(amount) AS hi, max(ts) AS last FROM orders GROUP BY merchant",
+    "SELECT qty, count(*) AS n, min(merchant) AS first, max(merchant) AS last FROM orders WHERE amount > 0 GROUP BY qty HAVING count(*) > 1",
+    "SELECT count(*) AS n, sum(qty) AS q FROM orders",
+];
+
+#[test]
+fn a_group_by_over_a_changelog_equals_the_final_tables_one_shot_answer() {
+    let catalog = Catalog::new().with_table("orders", schema());
+    let options = QueryOptions {
+        lateness_us: 0,
+        emit_interval_us: 1_000_000,
+        ..QueryOptions::default()
+    };
+    for seed in 0..8u64 {
+        let mut rng = Rng(seed * 31 + 5);
+        let n = 200 + rng.below(800) as usize;
+        let ids = 3 + rng.below(60);
+        let changes = changes(&mut rng, n, ids);
+        let table = final_rows(&changes);
+        for sql in QUERIES {
+            let what = format!("{sql} (seed {seed}, {n} changes of {ids} ids)");
+            let plan = plan_query(sql, &catalog, options.clone()).unwrap();
+            let want = oracle(sql, std::slice::from_ref(&table), &plan.key_columns);
+            let one = run(&plan, &feeds(&mut rng, &changes, 1), None).unwrap();
+            let other = run(&plan, &feeds(&mut rng, &changes, 1), Some(4)).unwrap();
+            assert_eq!(
+                one, other,
+                "{what}: the changelog depends on batching or a restore"
+            );
+            if want.is_empty() {
+                assert!(fold(&one).is_empty(), "{what}: groups left over");
+                continue;
+            }
+            assert_matches(&what, &fold(&one), &want);
+            let a = run(&plan, &feeds(&mut rng, &changes, 3), None).unwrap();
+            let b = run(&plan, &feeds(&mut rng, &changes, 3), Some(7)).unwrap();
+            assert_eq!(a, b, "{what}: the changelog depends on interleaving");
+            assert_matches(&format!("{what}, 3 partitions"), &fold(&a), &want);
+        }
+    }
+}
+
+#[test]
+fn plans_that_cannot_take_a_row_back_are_refused() {
+    let catalog = Catalog::new().with_table("orders", schema());
+    let refused = [
+        (
+            "SELECT merchant, TUMBLE(ts, INTERVAL '1' MINUTE) AS w, count(*) AS n FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1' MINUTE)",
+            "a TUMBLE window over `orders`, a changelog",
+        ),
+        (
+            "SELECT merchant, count(DISTINCT qty) AS n FROM orders GROUP BY merchant",
+            "count cannot take a row back",
+        ),
+        (
+            "SELECT n, count(*) AS c FROM (SELECT merchant, count(*) AS n FROM orders GROUP BY merchant) t GROUP BY n",
+            "is a changelog",
+        ),
+    ];
+    for (sql, want) in refused {
+        let err = plan_query(sql, &catalog, QueryOptions::default())
+            .expect_err(sql)
+            .to_string();
+        assert!(err.contains(want), "{sql}: {err}");
+    }
+    // A pass-through is keyed by the primary key, which it must keep.
+    let err = plan_query(
+        "SELECT merchant FROM orders",
+        &catalog,
+        QueryOptions::default(),
+    )
+    .expect_err("no key")
+    .to_string();
+    assert!(err.contains("`id`"), "{err}");
+    let plan = plan_query(
+        "SELECT id, amount FROM orders",
+        &catalog,
+        QueryOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(plan.key_columns, [0]);
+}
+
+#[test]
+fn a_changelog_is_the_versioned_side_of_a_temporal_join() {
+    let merchants = {
+        let s = ubik_format::schema::parse_column_list(
+            "id VARCHAR PRIMARY KEY, region VARCHAR, ts TIMESTAMP",
+        )
+        .unwrap();
+        let mut metadata = s.metadata().clone();
+        metadata.insert(ubik_connector::CHANGELOG_METADATA.into(), "debezium".into());
+        Arc::new(s.as_ref().clone().with_metadata(metadata))
+    };
+    let orders =
+        ubik_format::schema::parse_column_list("oid BIGINT, merchant VARCHAR, ts TIMESTAMP")
+            .unwrap();
+    let catalog = Catalog::new()
+        .with_table("orders", Arc::clone(&orders))
+        .with_table("merchants", Arc::clone(&merchants));
+    let sql = "SELECT o.oid, m.region FROM orders o JOIN merchants FOR SYSTEM_TIME AS OF o.ts AS m ON o.merchant = m.id";
+    let plan = plan_query(
+        sql,
+        &catalog,
+        QueryOptions {
+            lateness_us: 0,
+            ..QueryOptions::default()
+        },
+    )
+    .unwrap();
+    let batch = |schema: &SchemaRef, lines: &[&str]| {
+        let mut d = JsonDecoder::new(Arc::clone(schema)).unwrap();
+        let records: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        d.decode(&records).unwrap().batch
+    };
+    let (m, o) = (
+        plan.source_index("merchants").unwrap(),
+        plan.source_index("orders").unwrap(),
+    );
+    let feed = |source, deletion, b| Feed {
+        partition: partition_id(source, 0),
+        batch: b,
+        deletion,
+    };
+    let feeds = vec![
+        feed(
+            m,
+            false,
+            batch(
+                &merchants,
+                &[r#"{"id":"m1","region":"eu","ts":"2024-01-01T00:00:00Z"}"#],
+            ),
+        ),
+        feed(
+            m,
+            false,
+            batch(
+                &merchants,
+                &[r#"{"id":"m1","region":"us","ts":"2024-01-01T00:00:10Z"}"#],
+            ),
+        ),
+        // Debezium's delete: the key, at its source time.
+        feed(
+            m,
+            true,
+            batch(&merchants, &[r#"{"id":"m1","ts":"2024-01-01T00:00:20Z"}"#]),
+        ),
+        feed(
+            o,
+            false,
+            batch(
+                &orders,
+                &[
+                    r#"{"oid":1,"merchant":"m1","ts":"2024-01-01T00:00:05Z"}"#,
+                    r#"{"oid":2,"merchant":"m1","ts":"2024-01-01T00:00:15Z"}"#,
+                    r#"{"oid":3,"merchant":"m1","ts":"2024-01-01T00:00:25Z"}"#,
+                ],
+            ),
+        ),
+    ];
+    let records = run(&plan, &feeds, None).unwrap();
+    let values: Vec<&str> = records.iter().filter_map(|r| r.value.as_deref()).collect();
+    assert_eq!(
+        values,
+        [r#"{"oid":1,"region":"eu"}"#, r#"{"oid":2,"region":"us"}"#]
+    );
+}

@@ -1,0 +1,170 @@
+"""Real change data capture: PostgreSQL (wal_level=logical) -> Debezium's
+PostgreSQL connector in Kafka Connect (JsonConverter, schemas on, as
+Connect's default) -> a real broker -> ubik with format=debezium-json.
+
+The table's history holds a snapshot, inserts, updates that move rows
+between groups, deletes, an update of the primary key (Debezium's delete,
+tombstone and create), a truncate (skipped, Debezium's default) and rows
+written again. The table keeps PostgreSQL's default replica identity, so
+updates carry no old row: ubik keeps each key's current row itself. The
+oracle is PostgreSQL running the same query over the table's final rows."""
+import json
+import os
+import subprocess
+import time
+import urllib.request
+import uuid
+
+BIN = os.environ.get("UBIK_BIN", "ubik")
+TIMEOUT = 90
+
+
+def psql(dsn, *statements):
+    args = ["psql", "-X", "-q", "-At", "-F", "\t", "-v", "ON_ERROR_STOP=1", dsn]
+    for s in statements:
+        args += ["-c", s]
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def rest(connect, method, path, body=None):
+    req = urllib.request.Request(connect + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+            return r.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_for(topic, broker, marker_id, connect, name):
+    """Reads `topic` until the create of `marker_id` arrives; returns the record count."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker})
+    deadline = time.time() + TIMEOUT
+    while topic not in admin.list_topics(timeout=10).topics:
+        status = rest(connect, "GET", f"/connectors/{name}/status")[1]
+        if isinstance(status, dict) and any(t["state"] == "FAILED" for t in status.get("tasks", [])):
+            raise AssertionError(f"connector failed: {status['tasks'][0].get('trace', '')[:2000]}")
+        assert time.time() < deadline, f"no topic {topic} after {TIMEOUT}s: {status}"
+        time.sleep(0.2)
+    c = Consumer({"bootstrap.servers": broker, "group.id": f"wait-{name}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    n = 0
+    try:
+        while time.time() < deadline:
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            n += 1
+            v = json.loads(m.value()) if m.value() else None
+            after = (v or {}).get("payload", {}).get("after") or {}
+            if after.get("id") == marker_id:
+                return n
+        raise AssertionError(f"the marker row {marker_id} did not arrive within {TIMEOUT}s ({n} records)")
+    finally:
+        c.close()
+
+
+def fold(stdout):
+    """The latest value per key of ubik's changelog on stdout (tombstones delete)."""
+    state = {}
+    for line in stdout.splitlines():
+        r = json.loads(line)
+        key = json.dumps(r["key"], sort_keys=True)
+        if r.get("value") is None:
+            state.pop(key, None)
+        else:
+            state[key] = r["value"]
+    return state
+
+
+def ubik_run(sql, source, schema):
+    p = subprocess.run([BIN, "run", sql, "--from", source, "--schema", schema, "--on-error", "fail"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return fold(p.stdout)
+
+
+def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, debezium):
+    connect, dsn = debezium
+    name = f"ubik_cdc_{uuid.uuid4().hex[:8]}"
+    schema, topic = name, f"{name}.{name}.orders"
+    psql(dsn, f"CREATE SCHEMA {schema}",
+         f"CREATE TABLE {schema}.orders(id int PRIMARY KEY, merchant text, amount double precision,"
+         " qty int, ts timestamp)",
+         f"INSERT INTO {schema}.orders SELECT i, 'm' || (i % 4), (i * 7 % 50) + 0.25, i % 5,"
+         " TIMESTAMP '2024-01-01 00:00:00' + i * INTERVAL '1 second' FROM generate_series(1, 40) i")
+    port = dsn.rsplit(":", 1)[1].split("/")[0]
+    config = {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "tasks.max": "1",
+        "database.hostname": "127.0.0.1", "database.port": port,
+        "database.user": "postgres", "database.password": "", "database.dbname": "postgres",
+        "plugin.name": "pgoutput", "slot.name": name,
+        "publication.name": name, "publication.autocreate.mode": "filtered",
+        "topic.prefix": name, "table.include.list": f"{schema}.orders",
+        "snapshot.mode": "initial", "decimal.handling.mode": "double",
+        "time.precision.mode": "connect",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+    }
+    status, body = rest(connect, "POST", "/connectors", {"name": name, "config": config})
+    assert status == 201, body
+    try:
+        t = f"{schema}.orders"
+        psql(dsn,
+             f"INSERT INTO {t} VALUES (41, 'm9', 3.5, 2, '2024-01-01 00:01:00')",
+             f"UPDATE {t} SET amount = amount + 100 WHERE id % 3 = 0",
+             f"UPDATE {t} SET merchant = 'm1' WHERE id % 7 = 0",
+             f"DELETE FROM {t} WHERE id % 5 = 0",
+             f"UPDATE {t} SET id = id + 1000 WHERE id IN (1, 2)",
+             f"UPDATE {t} SET amount = 999.5 WHERE id = 1001",
+             f"DELETE FROM {t} WHERE merchant = 'm9'",
+             f"TRUNCATE {t}",
+             f"INSERT INTO {t} SELECT i, 'm' || (i % 3), i * 1.5, i % 4,"
+             " TIMESTAMP '2024-01-01 00:02:00' + i * INTERVAL '1 second' FROM generate_series(1, 30) i",
+             f"UPDATE {t} SET amount = amount * 2 WHERE id < 10",
+             f"DELETE FROM {t} WHERE id BETWEEN 20 AND 24",
+             f"INSERT INTO {t} VALUES (100000, 'm0', 0.5, 1, '2024-01-01 00:03:00')")
+        wait_for(topic, kafka_broker, 100000, connect, name)
+        source = f"orders=kafka://{kafka_broker}/{topic}?format=debezium-json&end=latest"
+        columns = "id INT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, qty INT, ts TIMESTAMP"
+
+        # A continuous GROUP BY takes updated and deleted rows back out.
+        got = ubik_run("SELECT merchant, count(*) AS n, sum(amount) AS total, min(amount) AS lo, "
+                       "max(amount) AS hi, sum(qty) AS q FROM orders GROUP BY merchant", source, columns)
+        rows = psql(dsn, f"SELECT merchant, count(*), sum(amount), min(amount), max(amount), sum(qty) "
+                         f"FROM {t} GROUP BY merchant")
+        want = {}
+        for line in rows.splitlines():
+            m, n, total, lo, hi, q = line.split("\t")
+            want[json.dumps({"merchant": m})] = {"merchant": m, "n": int(n), "total": float(total),
+                                                 "lo": float(lo), "hi": float(hi), "q": int(q)}
+        assert len(want) >= 3
+        assert got == want
+
+        # A pass-through is an upsert changelog of the table keyed by its primary key.
+        got = ubik_run("SELECT id, merchant, amount FROM orders", source, columns)
+        rows = psql(dsn, f"SELECT id, merchant, amount FROM {t}")
+        want = {json.dumps({"id": int(i)}): {"id": int(i), "merchant": m, "amount": float(a)}
+                for i, m, a in (line.split("\t") for line in rows.splitlines())}
+        assert got == want
+
+        # A window cannot take a row back: refused before anything is read.
+        p = subprocess.run([BIN, "run", "SELECT merchant, TUMBLE(ts, INTERVAL '1' MINUTE) AS w, count(*) AS n "
+                            "FROM orders GROUP BY merchant, TUMBLE(ts, INTERVAL '1' MINUTE)",
+                            "--from", source, "--schema", columns], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert "changelog" in p.stderr and "continuous" in p.stderr, p.stderr
+    finally:
+        rest(connect, "DELETE", f"/connectors/{name}")
+        deadline = time.time() + TIMEOUT
+        while psql(dsn, f"SELECT active FROM pg_replication_slots WHERE slot_name = '{name}'") == "t" \
+                and time.time() < deadline:
+            time.sleep(0.2)
+        psql(dsn, f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{name}'",
+             f"DROP PUBLICATION IF EXISTS {name}", f"DROP SCHEMA {schema} CASCADE")
