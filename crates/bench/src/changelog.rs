@@ -1,4 +1,4 @@
-//! `changelog EVENTS KEYS`: a continuous GROUP BY over a Debezium topic's
+//! `changelog EVENTS KEYS [SQL]`: a continuous GROUP BY over a Debezium topic's
 //! events against the same GROUP BY over the same rows as an append-only
 //! topic, side by side in one run, from the records' bytes to the changelog
 //! (decode, unwrap, normalise, aggregate, emit; no Kafka).
@@ -78,10 +78,10 @@ fn records(events: u64, keys: u64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 }
 
 /// One run over `records`: seconds and changelog records emitted.
-fn run(records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> {
+fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> {
     let schema = schema(changelog)?;
     let catalog = Catalog::new().with_table("orders", Arc::clone(&schema));
-    let plan = plan_query(SQL, &catalog, QueryOptions::default())?;
+    let plan = plan_query(sql, &catalog, QueryOptions::default())?;
     let mut query = Query::new(plan)?;
     let mut decoder = JsonDecoder::new(schema)?;
     let mut out = Output::default();
@@ -134,22 +134,23 @@ fn run(records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> {
     Ok((start.elapsed().as_secs_f64(), emitted))
 }
 
-pub fn run_bench(events: u64, keys: u64) -> Result<()> {
+pub fn run_bench(events: u64, keys: u64, sql: Option<&str>) -> Result<()> {
+    let sql = sql.unwrap_or(SQL);
     let (cdc, plain) = records(events, keys);
     let (mut best_cdc, mut best_plain) = (f64::MAX, f64::MAX);
     let (mut out_cdc, mut out_plain) = (0, 0);
     for _ in 0..ROUNDS {
-        let (s, n) = run(&plain, false)?;
+        let (s, n) = run(sql, &plain, false)?;
         best_plain = best_plain.min(s);
         out_plain = n;
-        let (s, n) = run(&cdc, true)?;
+        let (s, n) = run(sql, &cdc, true)?;
         best_cdc = best_cdc.min(s);
         out_cdc = n;
     }
     let rate = |s: f64| events as f64 / s;
     println!(
         "{}",
-        json!({"bench": "changelog", "events": events, "keys": keys,
+        json!({"bench": "changelog", "events": events, "keys": keys, "sql": sql,
                "append_only_events_per_s": rate(best_plain), "changelog_events_per_s": rate(best_cdc),
                "changelog_vs_append_only": best_plain / best_cdc,
                "append_only_emitted": out_plain, "changelog_emitted": out_cdc})

@@ -12,7 +12,7 @@
 //! - `json-decode TABLE EVENTS [COLUMNS]`: JSON decoding of a Nexmark table's
 //!   records, the one-pass decoder against arrow-json, and reading only
 //!   COLUMNS (see [`json_decode`]).
-//! - `changelog EVENTS KEYS`: a continuous GROUP BY over Debezium events
+//! - `changelog EVENTS KEYS [SQL]`: a continuous GROUP BY over Debezium events
 //!   against the same over append-only rows (see [`changelog`]).
 //! - `kafka-load`, `kafka-copy`: the broker's own rate (see [`kafka`]).
 //!
@@ -169,7 +169,10 @@ fn main() -> Result<()> {
         ["nexmark", sql, events, join_retention_ms] => {
             nexmark::run(sql, events.parse()?, join_retention_ms.parse()?)
         }
-        ["changelog", events, keys] => changelog::run_bench(events.parse()?, keys.parse()?),
+        ["changelog", events, keys] => changelog::run_bench(events.parse()?, keys.parse()?, None),
+        ["changelog", events, keys, sql] => {
+            changelog::run_bench(events.parse()?, keys.parse()?, Some(sql))
+        }
         ["json-decode", table, events] => json_decode::run(table, events.parse()?, None),
         ["json-decode", table, events, columns] => {
             json_decode::run(table, events.parse()?, Some(columns))
@@ -183,7 +186,7 @@ fn main() -> Result<()> {
         ["kafka-copy", broker, input, output] => kafka::copy(broker, input, output),
         _ => bail!(
             "usage: ubik-bench arrow-agg FILE.arrow SQL | encode FILE.arrow SQL | checkpoint KEYS \
-             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | json-decode TABLE EVENTS [COLUMNS] | changelog EVENTS KEYS | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
+             | nexmark QUERY.sql EVENTS [JOIN_RETENTION_MS] | json-decode TABLE EVENTS [COLUMNS] | changelog EVENTS KEYS [SQL] | kafka-load BROKER TOPIC FILE.jsonl PARTITIONS [KEY_FIELD] | kafka-copy BROKER IN OUT"
         ),
     }
 }

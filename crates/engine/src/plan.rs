@@ -453,10 +453,16 @@ impl QueryPlan {
         match &self.kind {
             QueryKind::Passthrough(_) => match &self.join {
                 Some(j) => format!("{} (append-only)", j.describe()),
+                None if matches!(&self.kind, QueryKind::Passthrough(p) if p.changelog) => {
+                    "pass-through of a changelog (upserts and deletions by primary key)".into()
+                }
                 None => "pass-through (append-only)".into(),
             },
             QueryKind::Aggregate(a) => match a.window {
                 Some(w) => format!("windowed ({}) aggregation", w.name()),
+                None if a.changelog.is_some() => {
+                    "continuous aggregation of a changelog (old rows taken back out)".into()
+                }
                 None => "continuous aggregation".into(),
             },
             QueryKind::Rank(r) => format!("continuous top-{} (ROW_NUMBER)", r.limit),

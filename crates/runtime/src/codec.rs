@@ -96,13 +96,16 @@ pub fn source_decoder(
     }
 }
 
-/// The schema of a `format=debezium-json` source: the declared columns,
-/// marked as a changelog keyed by their PRIMARY KEY. Other sources' schemas
-/// are returned as they are.
-pub fn changelog_schema(
+/// The schema the engine sees for columns declared (or not) for
+/// `endpoint`: with `_timestamp` where the transport stamps records
+/// ([`Endpoint::transport_schema`]), and, for a `format=debezium-json`
+/// source, marked as a changelog keyed by its PRIMARY KEY (which it must
+/// declare).
+pub fn declared_schema(
     endpoint: &Endpoint,
     schema: Option<arrow::datatypes::SchemaRef>,
 ) -> Result<Option<arrow::datatypes::SchemaRef>> {
+    let schema = schema.map(|s| endpoint.transport_schema(s));
     let Endpoint::Kafka(url) = endpoint else {
         return Ok(schema);
     };

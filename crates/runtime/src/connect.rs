@@ -151,8 +151,7 @@ pub fn open_source(
         ));
     }
     // Only a declared schema can name a primary key.
-    let schema = schema.map(|s| endpoint.transport_schema(s));
-    let schema = crate::codec::changelog_schema(&endpoint, schema)?;
+    let schema = crate::codec::declared_schema(&endpoint, schema)?;
     let mut source = open_endpoint(
         endpoint,
         &Opening {
@@ -472,7 +471,8 @@ pub fn validate(spec: PipelineSpec) -> Result<QueryPlan> {
     for source in spec.sources {
         match source.schema.clone() {
             Some(schema) => {
-                let schema = source.endpoint.transport_schema(schema);
+                let schema = crate::codec::declared_schema(&source.endpoint, Some(schema))?
+                    .expect("a declared schema");
                 let referenced = ubik_engine::sql::referenced_tables(&spec.sql);
                 let fallback = referenced.first().map_or("input", String::as_str);
                 let name = table_name(

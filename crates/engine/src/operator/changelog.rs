@@ -8,8 +8,9 @@
 //! at-least-once) retracts what it adds. Rows of one key keep their order
 //! because a key lives in one partition.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use hashbrown::HashMap;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
@@ -39,8 +40,13 @@ pub struct TableRows {
     key: Vec<usize>,
     keys: RowConverter,
     rows: RowConverter,
-    current: HashMap<Box<[u8]>, Box<[u8]>>,
+    /// Each key's current row (Arrow's row format). An update rewrites
+    /// the row's buffer in place, so steady updates allocate nothing.
+    current: HashMap<Box<[u8]>, Vec<u8>>,
     bytes: usize,
+    /// The old rows of the changes being applied, end to end.
+    old: Vec<u8>,
+    old_ends: Vec<usize>,
 }
 
 impl TableRows {
@@ -54,6 +60,8 @@ impl TableRows {
             key,
             current: HashMap::new(),
             bytes: 0,
+            old: Vec::new(),
+            old_ends: Vec::new(),
         })
     }
 
@@ -77,31 +85,40 @@ impl TableRows {
             false => Some(self.rows.convert_columns(batch.columns())?),
             true => None,
         };
-        let mut old_rows: Vec<Box<[u8]>> = Vec::new();
+        self.old.clear();
+        self.old_ends.clear();
         let mut old_of: Vec<usize> = Vec::new();
         for i in 0..batch.num_rows() {
             let key = keys.row(i);
-            let old = match &rows {
+            match &rows {
                 Some(rows) => {
-                    let new: Box<[u8]> = rows.row(i).as_ref().into();
-                    self.bytes += new.len();
+                    let new = rows.row(i);
+                    let new = new.as_ref();
                     match self.current.get_mut(key.as_ref()) {
-                        Some(slot) => Some(std::mem::replace(slot, new)),
+                        Some(slot) => {
+                            self.old.extend_from_slice(slot);
+                            self.old_ends.push(self.old.len());
+                            old_of.push(i);
+                            self.bytes = (self.bytes + new.len()).saturating_sub(slot.len());
+                            slot.clear();
+                            slot.extend_from_slice(new);
+                        }
                         None => {
-                            self.bytes += key.as_ref().len() + 64;
-                            self.current.insert(key.as_ref().into(), new);
-                            None
+                            self.bytes += key.as_ref().len() + new.len() + 64;
+                            self.current.insert(key.as_ref().into(), new.to_vec());
                         }
                     }
                 }
-                None => self.current.remove(key.as_ref()).inspect(|_| {
-                    self.bytes = self.bytes.saturating_sub(key.as_ref().len() + 64);
-                }),
-            };
-            if let Some(old) = old {
-                self.bytes = self.bytes.saturating_sub(old.len());
-                old_rows.push(old);
-                old_of.push(i);
+                None => {
+                    if let Some(old) = self.current.remove(key.as_ref()) {
+                        self.bytes = self
+                            .bytes
+                            .saturating_sub(key.as_ref().len() + old.len() + 64);
+                        self.old.extend_from_slice(&old);
+                        self.old_ends.push(self.old.len());
+                        old_of.push(i);
+                    }
+                }
             }
         }
         let put_in = match deletion {
@@ -112,11 +129,14 @@ impl TableRows {
         if put_in > 0 {
             parts.push(self.signed_part(batch.columns().to_vec(), false)?);
         }
-        if !old_rows.is_empty() {
+        if !old_of.is_empty() {
             let parser = self.rows.parser();
-            let columns = self
-                .rows
-                .convert_rows(old_rows.iter().map(|r| parser.parse(r)))?;
+            let (old, mut start) = (&self.old, 0);
+            let columns = self.rows.convert_rows(self.old_ends.iter().map(|&end| {
+                let row = parser.parse(&old[start..end]);
+                start = end;
+                row
+            }))?;
             parts.push(self.signed_part(columns, true)?);
         }
         let pick = |v: &[i64]| -> Vec<i64> {
