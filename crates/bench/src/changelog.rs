@@ -30,11 +30,10 @@ fn schema(changelog: bool) -> Result<SchemaRef> {
     let s = ubik_format::schema::parse_column_list(
         "id BIGINT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, ts TIMESTAMP",
     )?;
-    let mut metadata = s.metadata().clone();
-    if changelog {
-        metadata.insert(ubik_connector::CHANGELOG_METADATA.into(), "debezium".into());
-    }
-    Ok(Arc::new(s.as_ref().clone().with_metadata(metadata)))
+    Ok(match changelog {
+        true => ubik_connector::changelog_schema(&s, "debezium"),
+        false => s,
+    })
 }
 
 /// The events as Debezium writes them (schemas off) and their rows as an

@@ -43,6 +43,17 @@ pub const PRIMARY_KEY_METADATA: &str = "ubik.primary_key";
 /// back out), a versioned table, or a pass-through (an upsert changelog).
 pub const CHANGELOG_METADATA: &str = "ubik.changelog";
 
+/// `schema` marked as a changelog whose records are `envelope`'s
+/// ([`CHANGELOG_METADATA`]).
+pub fn changelog_schema(
+    schema: &arrow::datatypes::Schema,
+    envelope: &str,
+) -> arrow::datatypes::SchemaRef {
+    let mut metadata = schema.metadata().clone();
+    metadata.insert(CHANGELOG_METADATA.to_string(), envelope.to_string());
+    std::sync::Arc::new(schema.clone().with_metadata(metadata))
+}
+
 /// Whether a schema marks its source as a changelog ([`CHANGELOG_METADATA`]).
 pub fn is_changelog(schema: &arrow::datatypes::Schema) -> bool {
     schema.metadata().contains_key(CHANGELOG_METADATA)

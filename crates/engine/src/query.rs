@@ -252,23 +252,8 @@ impl Query {
         match &plan.kind {
             QueryKind::Passthrough(p) => self.passthrough(p, batch, out),
             kind => {
-                let (filter, event_time) = kind
-                    .stage_input()
-                    .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
                 // Over a changelog the operator judges WHERE after the old rows.
-                let filter = filter.filter(|_| !reads_changelog(kind));
-                let lateness = self.progress.lateness;
-                let stamped = stamp(
-                    self.progress.partition(partition),
-                    lateness,
-                    plan.options.max_future_us,
-                    partition,
-                    batch,
-                    filter.map(|f| f.as_ref()),
-                    event_time,
-                    None,
-                    out,
-                )?;
+                let stamped = self.stamp_stage(partition, batch, !reads_changelog(kind), out)?;
                 if let Some(stamped) = stamped {
                     if let Some(shuffle) = &self.shuffle {
                         let targets = shuffle.targets(&stamped.batch)?;
@@ -582,30 +567,41 @@ impl Query {
         batch: &RecordBatch,
         out: &mut Output,
     ) -> Result<()> {
-        let plan = Arc::clone(&self.plan);
-        let (_, event_time) = plan
-            .kind
-            .stage_input()
-            .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
-        let lateness = self.progress.lateness;
-        let stamped = stamp(
-            self.progress.partition(partition),
-            lateness,
-            plan.options.max_future_us,
-            partition,
-            batch,
-            None,
-            event_time,
-            None,
-            out,
-        )?;
-        if let Some(stamped) = stamped {
+        if let Some(stamped) = self.stamp_stage(partition, batch, false, out)? {
             self.operator
                 .as_mut()
                 .expect("stateful operator")
                 .process_deletions(stamped, out)?;
         }
         self.fire(out)
+    }
+
+    /// Stamps rows of `partition` for the stateful stage (applying its
+    /// `WHERE` when `filtered`).
+    fn stamp_stage(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        filtered: bool,
+        out: &mut Output,
+    ) -> Result<Option<StampedBatch>> {
+        let plan = Arc::clone(&self.plan);
+        let (filter, event_time) = plan
+            .kind
+            .stage_input()
+            .ok_or_else(|| EngineError::internal("a stateful stage without input"))?;
+        let lateness = self.progress.lateness;
+        stamp(
+            self.progress.partition(partition),
+            lateness,
+            plan.options.max_future_us,
+            partition,
+            batch,
+            filter.filter(|_| filtered).map(|f| f.as_ref()),
+            event_time,
+            None,
+            out,
+        )
     }
 
     /// Deletions of a changelog passed through: tombstones of their keys.

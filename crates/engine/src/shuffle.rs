@@ -51,6 +51,11 @@ impl Shuffler {
             return refuse("a join");
         }
         let (exprs, fields) = match &plan.kind {
+            // Its rows must meet their key's earlier rows, which routing by
+            // the GROUP BY key would scatter (an update moves a row between groups).
+            QueryKind::Aggregate(a) if a.changelog.is_some() => {
+                return refuse("a continuous GROUP BY over a changelog");
+            }
             QueryKind::Aggregate(a) => (a.group_exprs.clone(), a.group_fields.clone()),
             QueryKind::Rank(r) => (r.partition_exprs.clone(), r.partition_fields.clone()),
             QueryKind::Regroup(_) => return refuse("an aggregation over an aggregation"),

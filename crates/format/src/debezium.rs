@@ -25,11 +25,13 @@ use ubik_connector::{Chunk, Payload, RecordMeta};
 
 use crate::decoder::BadRecord;
 
-/// One change event's parts, borrowed from its bytes.
+/// One change event's parts, borrowed from its bytes. With
+/// `schemas.enable=true` the event is the `payload` of Connect's envelope,
+/// read in the same pass.
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow, default)]
-    payload: Option<&'a RawValue>,
+    payload: Option<Box<Envelope<'a>>>,
     #[serde(borrow, default)]
     before: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -65,14 +67,13 @@ fn object(v: Option<&RawValue>) -> Option<&RawValue> {
 /// Reads one event: its change and its source time (ms), or why it cannot
 /// be applied.
 fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
-    let outer: Envelope<'_> = serde_json::from_slice(record)
+    let mut env: Envelope<'_> = serde_json::from_slice(record)
         .map_err(|e| format!("not a Debezium change event (JSON): {e}"))?;
-    // With schemas.enable=true the event is the payload of Connect's envelope.
-    let env = match (&outer.op, outer.payload) {
-        (None, Some(p)) => serde_json::from_str(p.get())
-            .map_err(|e| format!("not a Debezium change event (its payload): {e}"))?,
-        _ => outer,
-    };
+    if env.op.is_none()
+        && let Some(payload) = env.payload.take()
+    {
+        env = *payload;
+    }
     let op = env.op.as_deref().ok_or_else(|| {
         "not a Debezium change event: it has no `op` (is the topic plain JSON? then drop format=debezium-json)".to_string()
     })?;

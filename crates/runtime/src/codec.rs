@@ -117,14 +117,7 @@ pub fn declared_schema(
             "{url} reads Debezium change events: declare the table's columns with its PRIMARY KEY (--schema \"id BIGINT PRIMARY KEY, ...\"), the columns of Debezium's `after` rows"
         )));
     };
-    let mut metadata = schema.metadata().clone();
-    metadata.insert(
-        ubik_connector::CHANGELOG_METADATA.to_string(),
-        "debezium".to_string(),
-    );
-    Ok(Some(std::sync::Arc::new(
-        schema.as_ref().clone().with_metadata(metadata),
-    )))
+    Ok(Some(ubik_connector::changelog_schema(&schema, "debezium")))
 }
 
 /// The columns of an Avro source URL (`kafka://…?format=avro&registry=…`)

@@ -776,10 +776,12 @@ impl Pipeline {
     fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
         let chunk = match ubik_connector::is_changelog(&self.inputs[input].schema) {
             true => {
-                // Debezium's events become the table's rows and deletions.
+                // Debezium's events become the table's rows and deletions;
+                // the records that become none (bad, tombstones) count as read here.
+                let events = chunk.payload.len();
                 let unwrapped = ubik_format::debezium::unwrap(chunk);
+                self.stats.records_in += (events - unwrapped.rows.payload.len()) as u64;
                 for b in &unwrapped.bad {
-                    self.stats.records_in += 1;
                     self.bad_record(input, &unwrapped.rejected, b)?;
                 }
                 unwrapped.rows

@@ -54,15 +54,10 @@ impl StreamDb {
             let mut columns: Vec<String> = t.columns.iter().map(|c| c.to_string()).collect();
             columns.extend(t.constraints.iter().map(|c| c.to_string()));
             let schema = ubik_format::schema::parse_column_list(&columns.join(", "))?;
-            let mut metadata = schema.metadata().clone();
-            metadata.insert(
-                ubik_connector::CHANGELOG_METADATA.to_string(),
-                "debezium".to_string(),
-            );
             self.tables.insert(
                 t.name.to_string().to_lowercase(),
                 Table {
-                    schema: Arc::new(schema.as_ref().clone().with_metadata(metadata)),
+                    schema: ubik_connector::changelog_schema(&schema, "debezium"),
                     rows: Vec::new(),
                     partitions: Vec::new(),
                     deletions: Vec::new(),

@@ -16,14 +16,14 @@ use ubik_format::json::JsonDecoder;
 use ubik_sqltest::harness::{Feed, Record, run};
 use ubik_testkit::{Rng, State, assert_matches, oracle};
 
+/// A Debezium table of `columns`.
+fn changelog(columns: &str) -> SchemaRef {
+    let s = ubik_format::schema::parse_column_list(columns).unwrap();
+    ubik_connector::changelog_schema(&s, "debezium")
+}
+
 fn schema() -> SchemaRef {
-    let s = ubik_format::schema::parse_column_list(
-        "id BIGINT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, qty BIGINT, ts TIMESTAMP",
-    )
-    .unwrap();
-    let mut metadata = s.metadata().clone();
-    metadata.insert(ubik_connector::CHANGELOG_METADATA.into(), "debezium".into());
-    Arc::new(s.as_ref().clone().with_metadata(metadata))
+    changelog("id BIGINT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, qty BIGINT, ts TIMESTAMP")
 }
 
 /// One change: an upsert of a whole row, or a deletion of `id`.
@@ -210,6 +210,17 @@ fn plans_that_cannot_take_a_row_back_are_refused() {
             .to_string();
         assert!(err.contains(want), "{sql}: {err}");
     }
+    // A consumer group cannot route its rows by the GROUP BY key: a key's
+    // rows must meet its earlier ones.
+    let plan = plan_query(QUERIES[0], &catalog, QueryOptions::default()).unwrap();
+    let err = ubik_engine::shuffle::Shuffler::new(&plan, 4)
+        .map(|_| ())
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("over a changelog cannot be repartitioned"),
+        "{err}"
+    );
     // A pass-through is keyed by the primary key, which it must keep.
     let err = plan_query(
         "SELECT merchant FROM orders",
@@ -230,15 +241,7 @@ fn plans_that_cannot_take_a_row_back_are_refused() {
 
 #[test]
 fn a_changelog_is_the_versioned_side_of_a_temporal_join() {
-    let merchants = {
-        let s = ubik_format::schema::parse_column_list(
-            "id VARCHAR PRIMARY KEY, region VARCHAR, ts TIMESTAMP",
-        )
-        .unwrap();
-        let mut metadata = s.metadata().clone();
-        metadata.insert(ubik_connector::CHANGELOG_METADATA.into(), "debezium".into());
-        Arc::new(s.as_ref().clone().with_metadata(metadata))
-    };
+    let merchants = changelog("id VARCHAR PRIMARY KEY, region VARCHAR, ts TIMESTAMP");
     let orders =
         ubik_format::schema::parse_column_list("oid BIGINT, merchant VARCHAR, ts TIMESTAMP")
             .unwrap();

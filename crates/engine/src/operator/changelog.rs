@@ -74,7 +74,47 @@ impl TableRows {
     /// out, each marked in [`RETRACT_COLUMN`] and carrying the time and
     /// stamp of the change that moved it.
     pub fn apply(&mut self, input: StampedBatch, deletion: bool) -> Result<StampedBatch> {
-        let batch = &input.batch;
+        let old_of = self.replace(&input.batch, deletion)?;
+        // Upserts put their own rows in; deletions only take rows out.
+        let put_in = !deletion;
+        let mut parts = Vec::with_capacity(2);
+        if put_in {
+            parts.push(self.signed_part(input.batch.columns().to_vec(), false)?);
+        }
+        if !old_of.is_empty() {
+            let parser = self.rows.parser();
+            let (old, mut start) = (&self.old, 0);
+            let columns = self.rows.convert_rows(self.old_ends.iter().map(|&end| {
+                let row = parser.parse(&old[start..end]);
+                start = end;
+                row
+            }))?;
+            parts.push(self.signed_part(columns, true)?);
+        }
+        let pick = |v: &[i64]| -> Vec<i64> {
+            let mut out = if put_in { v.to_vec() } else { Vec::new() };
+            out.extend(old_of.iter().map(|&i| v[i]));
+            out
+        };
+        let mut origin = if put_in {
+            input.origin.clone()
+        } else {
+            Vec::new()
+        };
+        origin.extend(old_of.iter().map(|&i| input.origin[i]));
+        Ok(StampedBatch {
+            partition: input.partition,
+            batch: concat_batches(&self.signed, &parts)?,
+            times: pick(&input.times),
+            stamps: pick(&input.stamps),
+            origin,
+        })
+    }
+
+    /// Puts the rows of `batch` in as their keys' current rows (removes
+    /// the keys when `deletion`), keeping the rows they replace in
+    /// `self.old`; returns the index of each change that replaced one.
+    fn replace(&mut self, batch: &RecordBatch, deletion: bool) -> Result<Vec<usize>> {
         let key_columns: Vec<ArrayRef> = self
             .key
             .iter()
@@ -90,73 +130,41 @@ impl TableRows {
         let mut old_of: Vec<usize> = Vec::new();
         for i in 0..batch.num_rows() {
             let key = keys.row(i);
-            match &rows {
+            let key = key.as_ref();
+            let replaced = match &rows {
                 Some(rows) => {
                     let new = rows.row(i);
                     let new = new.as_ref();
-                    match self.current.get_mut(key.as_ref()) {
+                    match self.current.get_mut(key) {
                         Some(slot) => {
                             self.old.extend_from_slice(slot);
-                            self.old_ends.push(self.old.len());
-                            old_of.push(i);
                             self.bytes = (self.bytes + new.len()).saturating_sub(slot.len());
                             slot.clear();
                             slot.extend_from_slice(new);
+                            true
                         }
                         None => {
-                            self.bytes += key.as_ref().len() + new.len() + 64;
-                            self.current.insert(key.as_ref().into(), new.to_vec());
+                            self.bytes += key.len() + new.len() + 64;
+                            self.current.insert(key.into(), new.to_vec());
+                            false
                         }
                     }
                 }
-                None => {
-                    if let Some(old) = self.current.remove(key.as_ref()) {
-                        self.bytes = self
-                            .bytes
-                            .saturating_sub(key.as_ref().len() + old.len() + 64);
+                None => match self.current.remove(key) {
+                    Some(old) => {
+                        self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 64);
                         self.old.extend_from_slice(&old);
-                        self.old_ends.push(self.old.len());
-                        old_of.push(i);
+                        true
                     }
-                }
+                    None => false,
+                },
+            };
+            if replaced {
+                self.old_ends.push(self.old.len());
+                old_of.push(i);
             }
         }
-        let put_in = match deletion {
-            false => batch.num_rows(),
-            true => 0,
-        };
-        let mut parts = Vec::with_capacity(2);
-        if put_in > 0 {
-            parts.push(self.signed_part(batch.columns().to_vec(), false)?);
-        }
-        if !old_of.is_empty() {
-            let parser = self.rows.parser();
-            let (old, mut start) = (&self.old, 0);
-            let columns = self.rows.convert_rows(self.old_ends.iter().map(|&end| {
-                let row = parser.parse(&old[start..end]);
-                start = end;
-                row
-            }))?;
-            parts.push(self.signed_part(columns, true)?);
-        }
-        let pick = |v: &[i64]| -> Vec<i64> {
-            let mut out = if put_in > 0 { v.to_vec() } else { Vec::new() };
-            out.extend(old_of.iter().map(|&i| v[i]));
-            out
-        };
-        let mut origin = if put_in > 0 {
-            input.origin.clone()
-        } else {
-            Vec::new()
-        };
-        origin.extend(old_of.iter().map(|&i| input.origin[i]));
-        Ok(StampedBatch {
-            partition: input.partition,
-            batch: concat_batches(&self.signed, &parts)?,
-            times: pick(&input.times),
-            stamps: pick(&input.stamps),
-            origin,
-        })
+        Ok(old_of)
     }
 
     fn signed_part(&self, mut columns: Vec<ArrayRef>, retract: bool) -> Result<RecordBatch> {
@@ -184,14 +192,7 @@ impl TableRows {
     /// Puts the rows of a [`Self::snapshot`] back.
     pub fn restore(&mut self, batch: &RecordBatch) -> Result<()> {
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
-        let rows = StampedBatch {
-            partition: 0,
-            times: vec![0; batch.num_rows()],
-            stamps: vec![0; batch.num_rows()],
-            origin: (0..batch.num_rows() as u32).collect(),
-            batch,
-        };
-        self.apply(rows, false)?;
+        self.replace(&batch, false)?;
         Ok(())
     }
 

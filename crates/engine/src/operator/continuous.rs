@@ -179,13 +179,20 @@ impl ContinuousOperator {
         let mut values = self.state.evaluate(&groups)?;
         // Over a changelog the last aggregate counts each group's rows: a
         // group left without any is retracted, and forgotten.
-        let emptied: Vec<bool> = match self.changelog.is_some() {
+        let (emptied, gone): (Vec<bool>, Vec<usize>) = match self.changelog.is_some() {
             true => {
                 let rows = values.pop().expect("the hidden row count");
                 let rows = rows.as_primitive::<Int64Type>();
-                (0..rows.len()).map(|i| rows.value(i) <= 0).collect()
+                let emptied: Vec<bool> = rows.values().iter().map(|&n| n <= 0).collect();
+                let gone = groups
+                    .iter()
+                    .zip(&emptied)
+                    .filter(|(_, e)| **e)
+                    .map(|(&g, _)| g);
+                let gone = gone.collect();
+                (emptied, gone)
             }
-            false => Vec::new(),
+            false => Default::default(),
         };
         let rows = StageRows {
             keys: self.state.keys(&groups)?,
@@ -193,17 +200,11 @@ impl ContinuousOperator {
             values,
             timestamps: self.state.max_time(&groups),
             visible: self.state.visible(&groups),
-            retract: emptied.clone(),
+            retract: emptied,
         };
         let (batch, visible) = self.emitter.emit(rows)?;
         self.state.set_visible(&groups, &visible);
         out.changes.extend(batch);
-        let gone: Vec<usize> = groups
-            .iter()
-            .zip(&emptied)
-            .filter(|(_, e)| **e)
-            .map(|(&g, _)| g)
-            .collect();
         if !gone.is_empty() {
             self.state.drop_groups(&gone)?;
         }
