@@ -5,11 +5,11 @@
 # executions and findings (each finding with its shrunk input); the exit
 # status is non-zero if any target found something.
 #
-#   bench/fuzz-webhook.sh [SECONDS_PER_TARGET=600] [TARGETS="body decoder avro debezium"]
+#   bench/fuzz-webhook.sh [SECONDS_PER_TARGET=600] [TARGETS="body decoder avro debezium debezium_avro"]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS=${1:-600}
-TARGETS=${2:-"body decoder avro debezium"}
+TARGETS=${2:-"body decoder avro debezium debezium_avro"}
 cargo build --quiet -p ubik-fuzz
 BIN=${CARGO_TARGET_DIR:-target}/debug
 status=0

@@ -215,3 +215,20 @@ def test_registry_only_with_avro(fmt, kafka_broker, registry):
         assert "has no subject nowhere-value" in str(e.value)
     else:
         assert "registry= is for format=avro" in str(e.value)
+
+
+def test_debezium_avro_needs_an_envelope_and_a_key(kafka_broker, registry):
+    """format=debezium-avro over a plain Avro topic: without a key subject the
+    primary key is unknown; with one declared the value is no envelope. Both
+    stop before any record, saying what to do."""
+    topic = f"plain-{uuid.uuid4().hex[:8]}"
+    produce_avro(kafka_broker, registry, topic, events(10))
+    url = f"orders=kafka://{kafka_broker}/{topic}?end=latest&format=debezium-avro&registry={registry}"
+    q = "SELECT merchant, count(*) AS n FROM orders GROUP BY merchant"
+    r = subprocess.run([BIN, "run", q, "--from", url], capture_output=True, text=True, timeout=90)
+    assert r.returncode != 0
+    assert f"no subject {topic}-key" in r.stderr and "PRIMARY KEY" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([BIN, "run", q, "--from", url, "--schema", "orders=merchant VARCHAR PRIMARY KEY"],
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode != 0
+    assert "not Debezium's envelope" in r.stderr and "format=avro" in r.stderr, r.stderr[-2000:]

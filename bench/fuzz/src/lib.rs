@@ -479,3 +479,45 @@ pub fn budget_from_args() -> Duration {
         .unwrap_or(60u64);
     Duration::from_secs(secs)
 }
+
+/// How a generated record is damaged before it is fed (the envelope
+/// targets): not at all, cut short, one byte changed, or replaced by
+/// random bytes.
+#[derive(Debug, Clone)]
+pub enum Damage {
+    None,
+    Truncate(usize),
+    Set(usize, u8),
+    Random(Vec<u8>),
+}
+
+impl Damage {
+    pub fn is_none(&self) -> bool {
+        matches!(self, Damage::None)
+    }
+
+    /// Damages `bytes` (positions taken modulo their length).
+    pub fn apply(&self, bytes: &mut Vec<u8>) {
+        match self {
+            Damage::None => {}
+            Damage::Truncate(n) => bytes.truncate(*n % bytes.len().max(1)),
+            Damage::Set(at, b) => {
+                if !bytes.is_empty() {
+                    let at = *at % bytes.len();
+                    bytes[at] = *b;
+                }
+            }
+            Damage::Random(r) => r.clone_into(bytes),
+        }
+    }
+}
+
+/// Mostly undamaged records, the rest damaged one way or another.
+pub fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        6 => Just(Damage::None),
+        1 => any::<usize>().prop_map(Damage::Truncate),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Damage::Set(i, b)),
+        1 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Damage::Random),
+    ]
+}

@@ -9,7 +9,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod metrics;
 mod pipeline_file;
-mod progress;
 mod settings;
 
 use std::process::ExitCode;
@@ -26,8 +25,8 @@ use ubik_runtime::{
 };
 
 use args::{Cli, Command, ValidateArgs};
-use progress::Total;
 use settings::RunSettings;
+use ubik_runtime::progress::{self, Total};
 
 /// Exit code for a query or configuration the user must fix.
 const EXIT_USAGE: u8 = 2;
@@ -90,17 +89,7 @@ fn run(settings: RunSettings) -> Result<()> {
         quiet,
         ..
     } = settings;
-    let total = match spec.sources.as_slice() {
-        [one] => match &one.endpoint {
-            Endpoint::File(p) => std::fs::metadata(p).ok().map(|m| Total::Bytes(m.len())),
-            Endpoint::Demo { options, .. } if options.count > 0 => {
-                Some(Total::Records(options.count))
-            }
-            Endpoint::Kafka(url) if url.contains("end=") => Some(Total::Lag),
-            _ => None,
-        },
-        _ => None,
-    };
+    let total = Total::of(&spec, false);
     let checkpointed = spec.checkpoint.is_some();
     let commit_interval = if checkpointed {
         spec.settings.checkpoint_interval
@@ -149,7 +138,7 @@ fn run(settings: RunSettings) -> Result<()> {
             },
         )?;
         if let Some(s) = &last {
-            progress::Progress::new(quiet, None).finish(s);
+            progress::Progress::new(quiet, None).finish(s, end == RunEnd::Finished);
         }
         if end == RunEnd::Stopped {
             tracing::info!("left the group: every task committed and checkpointed");
@@ -197,7 +186,7 @@ fn run(settings: RunSettings) -> Result<()> {
         },
     )?;
     sink.close()?;
-    progress::Progress::new(quiet, None).finish(&pipeline.stats);
+    progress.finish(&pipeline.stats, end == RunEnd::Finished);
     if end == RunEnd::Stopped {
         tracing::info!("drained: output committed and checkpointed");
     }

@@ -99,6 +99,10 @@ impl Metrics {
                 "name": o.name, "bytes": o.bytes, "keys": o.keys,
             })).collect::<Vec<_>>(),
             "store_disk_bytes": s.store_disk_bytes,
+            "stages": s.stages.iter().map(|g| json!({
+                "name": g.name, "reads": g.reads, "writes": g.writes, "key": g.key,
+                "tasks": g.tasks, "here": g.here,
+            })).collect::<Vec<_>>(),
             "checkpoint": {
                 "count": s.checkpoints,
                 "last_ms": s.last_checkpoint_ms,

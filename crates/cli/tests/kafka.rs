@@ -1360,9 +1360,14 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
         ]
         .concat(),
     );
-    c.arg("--checkpoint").arg(dir.path().join("ck"));
+    let port = free_port();
+    c.arg("--checkpoint")
+        .arg(dir.path().join("ck"))
+        .args(["--metrics", &format!("127.0.0.1:{port}")]);
     let mut member = spawn_logged(c);
     let started = Instant::now();
+    // The status page's stages, as the member saw them with all its tasks open.
+    let mut stages = serde_json::Value::Null;
     let status = loop {
         if let Some(s) = member.try_wait().unwrap() {
             break s;
@@ -1371,10 +1376,37 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
             started.elapsed() < Duration::from_secs(180),
             "the lone member did not end with its input"
         );
+        if let Some((200, _, body)) = http_get(port, "/status.json") {
+            let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if s["stages"].as_array().is_some_and(|g| {
+                g.len() == 2
+                    && g.iter()
+                        .all(|g| g["here"].as_array().map(Vec::len) == Some(3))
+            }) {
+                stages = s["stages"].clone();
+            }
+        }
         std::thread::sleep(Duration::from_millis(100));
     };
     let err = child_stderr(&mut member);
     assert!(status.success(), "{err}");
+    // Two stages: the first reads the input and routes rows by the result
+    // key through the repartition topic, which the keyed stage reads.
+    let repartition = format!("{group}-ubik-repartition");
+    assert_eq!(stages[0]["reads"], input.as_str(), "{stages}");
+    assert_eq!(stages[0]["writes"], repartition.as_str(), "{stages}");
+    assert_eq!(stages[1]["reads"], repartition.as_str(), "{stages}");
+    assert_eq!(stages[1]["writes"], output.as_str(), "{stages}");
+    assert_eq!(
+        stages[1]["key"],
+        serde_json::json!(["merchant", "w"]),
+        "{stages}"
+    );
+    assert_eq!(stages[1]["tasks"], 3, "{stages}");
+    assert!(
+        stages[1]["name"].as_str().unwrap().contains("TUMBLE"),
+        "{stages}"
+    );
     let committed = consume_all(&output, "read_committed");
     assert_matches("lone member", &fold_recs(&committed), &oracle(&lines));
     assert_same_records("lone member", &committed, &reference);

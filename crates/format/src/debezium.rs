@@ -16,6 +16,9 @@
 //! dropped: its delete came first. An event that cannot be applied (no
 //! `after` for a `c`, no `before` for a `d`, a truncate, an unknown `op`,
 //! not JSON) is a [`BadRecord`] of the original chunk.
+//!
+//! [`applies_as_deletion`] and [`Rejects`] are the rules and the bad-event
+//! bookkeeping every encoding of the envelope shares ([`ChangeEvents`]).
 
 use std::ops::Range;
 
@@ -59,9 +62,79 @@ enum Change {
     Delete(Range<usize>),
 }
 
-/// The value when it is a JSON object (not `null`).
-fn object(v: Option<&RawValue>) -> Option<&RawValue> {
-    v.filter(|v| v.get().starts_with('{'))
+/// Whether the value is a JSON object (not `null`).
+fn is_object(v: &RawValue) -> bool {
+    v.get().starts_with('{')
+}
+
+/// How an event of `op` applies, whatever its encoding: `Ok(true)` a
+/// deletion of the key in its `before` row, `Ok(false)` an upsert of its
+/// `after` row, or why it cannot be applied.
+pub fn applies_as_deletion(op: &str, has_before: bool, has_after: bool) -> Result<bool, String> {
+    match op {
+        "c" | "r" | "u" if has_after => Ok(false),
+        "c" | "r" | "u" => Err(format!(
+            "a Debezium `{op}` event without an `after` row: there is no new row to apply"
+        )),
+        "d" if has_before => Ok(true),
+        "d" => Err("a Debezium delete (`d`) without a `before` row: its key is unknown (Debezium always writes the key columns there; was the event rewritten?)".to_string()),
+        "t" => Err("a Debezium truncate (`t`) names no rows, so ubik cannot take them back one by one; keep Debezium's default `skipped.operations=t`, or restart the query from a new snapshot after a truncate".into()),
+        other => Err(format!("a Debezium event with op {other:?}: ubik applies c, r, u and d")),
+    }
+}
+
+/// Turns chunks of one encoding's change events into a table's rows and
+/// deletions. Implemented here for JSON ([`DebeziumJson`]) and by the
+/// Avro format crate for Debezium's Avro envelope.
+pub trait ChangeEvents: Send {
+    /// Unwraps `chunk` (see [`Unwrapped`]); an error stops the run (a
+    /// schema that no longer fits, a registry outage), while a bad event is
+    /// one of [`Unwrapped::bad`].
+    fn unwrap(&mut self, chunk: Chunk) -> crate::Result<Unwrapped>;
+}
+
+/// Debezium's JSON events ([`unwrap`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DebeziumJson;
+
+impl ChangeEvents for DebeziumJson {
+    fn unwrap(&mut self, chunk: Chunk) -> crate::Result<Unwrapped> {
+        Ok(unwrap(chunk))
+    }
+}
+
+/// The events of a chunk that cannot be applied, copied out with their
+/// positions, and why ([`Unwrapped::rejected`], [`Unwrapped::bad`]).
+#[derive(Debug)]
+pub struct Rejects {
+    pub chunk: Chunk,
+    pub bad: Vec<BadRecord>,
+}
+
+impl Rejects {
+    /// None yet, for events of `partition`.
+    pub fn new(partition: u32, position_name: &'static str) -> Self {
+        Self {
+            chunk: empty(partition, position_name),
+            bad: Vec::new(),
+        }
+    }
+
+    /// Rejects `record` (at `position`) for `reason`.
+    pub fn push(&mut self, record: &[u8], position: u64, reason: String) {
+        let Payload::Bytes { data, spans } = &mut self.chunk.payload else {
+            unreachable!("built as bytes")
+        };
+        self.bad.push(BadRecord {
+            index: spans.len(),
+            field: None,
+            reason,
+        });
+        let at = data.len();
+        data.extend_from_slice(record);
+        spans.push(at..data.len());
+        self.chunk.positions.push(position);
+    }
 }
 
 /// Reads one event: its change and its source time (ms), or why it cannot
@@ -83,23 +156,14 @@ fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
         let start = text.as_ptr() as usize - record.as_ptr() as usize;
         start..start + text.len()
     };
-    let change = match op {
-        "c" | "r" | "u" => Change::Upsert(span(object(env.after).ok_or_else(|| {
-            format!("a Debezium `{op}` event without an `after` row: there is no new row to apply")
-        })?)),
-        "d" => Change::Delete(span(object(env.before).ok_or_else(|| {
-            "a Debezium delete (`d`) without a `before` row: its key is unknown (Debezium always writes the key columns there; was the event rewritten?)".to_string()
-        })?)),
-        "t" => {
-            return Err(
-                "a Debezium truncate (`t`) names no rows, so ubik cannot take them back one by one; keep Debezium's default `skipped.operations=t`, or restart the query from a new snapshot after a truncate".into(),
-            );
-        }
-        other => {
-            return Err(format!(
-                "a Debezium event with op {other:?}: ubik applies c, r, u and d"
-            ));
-        }
+    let change = if applies_as_deletion(
+        op,
+        env.before.is_some_and(is_object),
+        env.after.is_some_and(is_object),
+    )? {
+        Change::Delete(span(env.before.expect("checked above")))
+    } else {
+        Change::Upsert(span(env.after.expect("checked above")))
     };
     Ok((change, time))
 }
@@ -107,8 +171,9 @@ fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
 /// A chunk of change events, unwrapped.
 #[derive(Debug)]
 pub struct Unwrapped {
-    /// The table's rows: deletions marked in [`RecordMeta::deletions`],
-    /// source times in [`RecordMeta::timestamps`].
+    /// The table's rows, encoded (JSON spans) or decoded already (Arrow,
+    /// in the table's schema): deletions marked in
+    /// [`RecordMeta::deletions`], source times in [`RecordMeta::timestamps`].
     pub rows: Chunk,
     /// The events that cannot be applied (copied out, with their
     /// positions), and why: [`BadRecord::index`] indexes this chunk.
@@ -149,8 +214,8 @@ pub fn unwrap(chunk: Chunk) -> Unwrapped {
         }
     }
     let mut out = RecordMeta::default();
-    let (mut rows, mut kept_positions, mut bad) = (Vec::with_capacity(n), Vec::new(), Vec::new());
-    let mut rejected = empty(partition, position_name);
+    let (mut rows, mut kept_positions) = (Vec::with_capacity(n), Vec::new());
+    let mut rejects = Rejects::new(partition, position_name);
     for (i, record_span) in spans.iter().enumerate() {
         if tombstone[i] {
             continue;
@@ -171,22 +236,11 @@ pub fn unwrap(chunk: Chunk) -> Unwrapped {
                 rows.push(record_span.start + range.start..record_span.start + range.end);
                 kept_positions.push(positions.get(i).copied().unwrap_or_default());
             }
-            Err(reason) => {
-                let Payload::Bytes { data: copy, spans } = &mut rejected.payload else {
-                    unreachable!("built as bytes")
-                };
-                bad.push(BadRecord {
-                    index: spans.len(),
-                    field: None,
-                    reason,
-                });
-                let at = copy.len();
-                copy.extend_from_slice(&data[record_span.clone()]);
-                spans.push(at..copy.len());
-                rejected
-                    .positions
-                    .push(positions.get(i).copied().unwrap_or_default());
-            }
+            Err(reason) => rejects.push(
+                &data[record_span.clone()],
+                positions.get(i).copied().unwrap_or_default(),
+                reason,
+            ),
         }
     }
     // Times are all or nothing: a source without record times and events
@@ -203,12 +257,13 @@ pub fn unwrap(chunk: Chunk) -> Unwrapped {
     };
     Unwrapped {
         rows,
-        rejected,
-        bad,
+        rejected: rejects.chunk,
+        bad: rejects.bad,
     }
 }
 
-fn empty(partition: u32, position_name: &'static str) -> Chunk {
+/// A chunk of no records.
+pub fn empty(partition: u32, position_name: &'static str) -> Chunk {
     Chunk {
         partition,
         payload: Payload::Bytes {

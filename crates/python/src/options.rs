@@ -173,5 +173,8 @@ pub fn host_options(d: Option<&Bound<'_, PyDict>>) -> PyResult<HostOptions> {
     if let Some(v) = get(d, "resume_from")? {
         o.resume_from = Some(v.extract()?);
     }
+    if let Some(v) = get(d, "progress")? {
+        o.progress = Some(v.extract()?);
+    }
     Ok(o)
 }

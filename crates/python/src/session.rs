@@ -217,7 +217,9 @@ impl Session {
                 spec.kafka.insert(key.extract()?, value.str()?.to_string());
             }
         }
-        let host_opts = host_options(host)?;
+        let mut host_opts = host_options(host)?;
+        // A one-shot run draws its bar on a terminal unless told not to.
+        host_opts.progress.get_or_insert(one_shot);
         let host = py
             .detach(|| HostPipeline::open(spec, host_opts))
             .map_err(|e| to_py(py, e))?;

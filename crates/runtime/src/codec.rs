@@ -5,10 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use ubik_avro::{AvroChangelogEncoder, AvroDecoder, AvroError, Registry};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use ubik_avro::{AvroChangelogEncoder, AvroDecoder, AvroError, DebeziumAvro, Registry};
 use ubik_engine::QueryPlan;
 use ubik_format::ChangeEncoder;
 use ubik_format::changelog::ChangelogEncoder;
+use ubik_format::debezium::ChangeEvents;
 use ubik_kafka::KafkaUrl;
 
 use crate::error::{Result, RuntimeError};
@@ -21,6 +25,7 @@ enum Named {
     JsonConnect,
     Avro,
     DebeziumJson,
+    DebeziumAvro,
 }
 
 fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
@@ -29,10 +34,11 @@ fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
         Some("avro") => Named::Avro,
         Some("json-connect") if output => Named::JsonConnect,
         Some("debezium-json") if !output => Named::DebeziumJson,
-        Some("debezium-json") => {
-            return Err(RuntimeError::Config(
-                "format=debezium-json is a source format (Debezium's change events); an output writes json, json-connect or avro".into(),
-            ));
+        Some("debezium-avro") if !output => Named::DebeziumAvro,
+        Some(debezium @ ("debezium-json" | "debezium-avro")) => {
+            return Err(RuntimeError::Config(format!(
+                "format={debezium} is a source format (Debezium's change events); an output writes json, json-connect or avro"
+            )));
         }
         Some("json-connect") => {
             return Err(RuntimeError::Config(
@@ -46,7 +52,7 @@ fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
                 if output {
                     ", json-connect"
                 } else {
-                    ", debezium-json"
+                    ", debezium-json, debezium-avro (with registry=URL)"
                 }
             )));
         }
@@ -65,9 +71,9 @@ fn avro_error(e: AvroError) -> RuntimeError {
 }
 
 fn registry(url: &KafkaUrl, settings: &BTreeMap<String, String>) -> Result<Registry> {
-    if url.format.as_deref() != Some("avro") && url.registry.is_some() {
+    if !matches!(url.format.as_deref(), Some("avro" | "debezium-avro")) && url.registry.is_some() {
         return Err(RuntimeError::Config(
-            "registry= is for format=avro; add format=avro (or drop registry=)".into(),
+            "registry= is for format=avro or debezium-avro; add one (or drop registry=)".into(),
         ));
     }
     Registry::new(url.registry.as_deref(), settings).map_err(avro_error)
@@ -98,42 +104,104 @@ pub fn source_decoder(
 
 /// The schema the engine sees for columns declared (or not) for
 /// `endpoint`: with `_timestamp` where the transport stamps records
-/// ([`Endpoint::transport_schema`]), and, for a `format=debezium-json`
-/// source, marked as a changelog keyed by its PRIMARY KEY (which it must
-/// declare).
+/// ([`Endpoint::transport_schema`]), and, for a Debezium source, marked as
+/// a changelog keyed by its PRIMARY KEY (which a `debezium-json` source
+/// must declare; a `debezium-avro` one may leave its columns to the
+/// registry).
 pub fn declared_schema(
     endpoint: &Endpoint,
-    schema: Option<arrow::datatypes::SchemaRef>,
-) -> Result<Option<arrow::datatypes::SchemaRef>> {
+    schema: Option<SchemaRef>,
+) -> Result<Option<SchemaRef>> {
     let schema = schema.map(|s| endpoint.transport_schema(s));
     let Endpoint::Kafka(url) = endpoint else {
         return Ok(schema);
     };
-    if named(&kafka_url(url)?, false)? != Named::DebeziumJson {
-        return Ok(schema);
-    }
-    let Some(schema) = schema.filter(|s| !ubik_connector::primary_key(s).is_empty()) else {
-        return Err(RuntimeError::Config(format!(
+    match (named(&kafka_url(url)?, false)?, schema) {
+        (Named::DebeziumJson | Named::DebeziumAvro, Some(s))
+            if !ubik_connector::primary_key(&s).is_empty() =>
+        {
+            Ok(Some(ubik_connector::changelog_schema(&s, "debezium")))
+        }
+        (Named::DebeziumAvro, None) => Ok(None),
+        (Named::DebeziumJson | Named::DebeziumAvro, _) => Err(RuntimeError::Config(format!(
             "{url} reads Debezium change events: declare the table's columns with its PRIMARY KEY (--schema \"id BIGINT PRIMARY KEY, ...\"), the columns of Debezium's `after` rows"
-        )));
+        ))),
+        (_, schema) => Ok(schema),
+    }
+}
+
+/// How a changelog source's change events become its table's rows, and
+/// that table.
+pub struct ChangeSource {
+    pub schema: SchemaRef,
+    pub events: Box<dyn ChangeEvents>,
+}
+
+/// The change-event reading of a Debezium source (`None` for others), over
+/// its declared schema ([`declared_schema`]) or, for `debezium-avro`
+/// without one, the table the registry describes: the envelope's `after`
+/// fields, keyed by the key subject's fields.
+pub fn change_source(
+    endpoint: &Endpoint,
+    settings: &BTreeMap<String, String>,
+    declared: Option<&SchemaRef>,
+) -> Result<Option<ChangeSource>> {
+    let Endpoint::Kafka(text) = endpoint else {
+        return Ok(None);
     };
-    Ok(Some(ubik_connector::changelog_schema(&schema, "debezium")))
+    let url = kafka_url(text)?;
+    match named(&url, false)? {
+        Named::DebeziumJson => {
+            let schema = declared.cloned().ok_or_else(|| {
+                RuntimeError::Config(format!(
+                    "{text} reads Debezium change events: declare the table's columns with its PRIMARY KEY"
+                ))
+            })?;
+            Ok(Some(ChangeSource {
+                schema,
+                events: Box::new(ubik_format::debezium::DebeziumJson),
+            }))
+        }
+        Named::DebeziumAvro => {
+            let registry = registry(&url, settings)?;
+            let envelope =
+                ubik_avro::topic_decoder(registry.clone(), &url.topic).map_err(avro_error)?;
+            let schema = match declared {
+                Some(s) => Arc::clone(s),
+                None => {
+                    let key = ubik_avro::debezium_key(&registry, &url.topic).map_err(avro_error)?;
+                    let table = ubik_avro::debezium::table_of(
+                        ubik_format::RecordDecoder::schema(&envelope),
+                        &key,
+                    )
+                    .map_err(avro_error)?;
+                    ubik_connector::changelog_schema(&endpoint.transport_schema(table), "debezium")
+                }
+            };
+            let events = DebeziumAvro::new(envelope, Arc::clone(&schema)).map_err(avro_error)?;
+            Ok(Some(ChangeSource {
+                schema,
+                events: Box::new(events),
+            }))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The columns of an Avro source URL (`kafka://…?format=avro&registry=…`)
 /// from its registry alone, without opening Kafka: for planning before any
 /// record is read (Python's `validate`).
-pub fn registry_columns(
-    url: &str,
-    settings: &BTreeMap<String, String>,
-) -> Result<arrow::datatypes::SchemaRef> {
+pub fn registry_columns(url: &str, settings: &BTreeMap<String, String>) -> Result<SchemaRef> {
     let endpoint = Endpoint::Kafka(url.to_string());
+    if let Some(changes) = change_source(&endpoint, settings, None)? {
+        return Ok(changes.schema);
+    }
     match source_decoder(&endpoint, settings)? {
         Some(decoder) => Ok(std::sync::Arc::clone(ubik_format::RecordDecoder::schema(
             &decoder,
         ))),
         None => Err(RuntimeError::Config(format!(
-            "{url} names no columns of its own: only a format=avro source's come from its registry; declare the columns instead"
+            "{url} names no columns of its own: only a format=avro or debezium-avro source's come from its registry; declare the columns instead"
         ))),
     }
 }
@@ -166,7 +234,9 @@ pub fn sink_encoder(
     let url = kafka_url(url)?;
     Ok(match named(&url, true)? {
         // named() refuses a source-only format on an output.
-        Named::Json | Named::DebeziumJson => Box::new(ChangelogEncoder::new(schema, keys, keyed)),
+        Named::Json | Named::DebeziumJson | Named::DebeziumAvro => {
+            Box::new(ChangelogEncoder::new(schema, keys, keyed))
+        }
         Named::JsonConnect => Box::new(ChangelogEncoder::connect(schema, keys, keyed)),
         Named::Avro => Box::new(
             AvroChangelogEncoder::register(

@@ -12,6 +12,7 @@ use tracing::info;
 use ubik_connector::{ConnectorError, DeadLetterSink, Sink, Source};
 use ubik_connectors::{ArrowSource, DemoSource, FileSource, NexmarkSource, StdoutSink};
 use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
+use ubik_format::debezium::ChangeEvents;
 use ubik_format::schema::describe;
 use ubik_format::{ChangeEncoder, RecordDecoder};
 use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
@@ -29,6 +30,9 @@ pub struct OpenedSource {
     pub schema: SchemaRef,
     /// Turns the source's encoded records into rows of `schema`.
     pub decoder: Box<dyn RecordDecoder>,
+    /// For a changelog source (Debezium), turns its change events into
+    /// rows and deletions first.
+    pub changes: Option<Box<dyn ChangeEvents>>,
 }
 
 /// A pipeline and its changelog sink, opened.
@@ -150,8 +154,13 @@ pub fn open_source(
             "format=avro takes the table's columns from the registry (the topic's value subject's latest schema): drop the declared schema".into(),
         ));
     }
-    // Only a declared schema can name a primary key.
+    // Only a declared schema (or a Debezium topic's registry) can name a primary key.
     let schema = crate::codec::declared_schema(&endpoint, schema)?;
+    let changes = crate::codec::change_source(&endpoint, kafka, schema.as_ref())?;
+    let (schema, changes) = match changes {
+        Some(c) => (Some(c.schema), Some(c.events)),
+        None => (schema, None),
+    };
     let mut source = open_endpoint(
         endpoint,
         &Opening {
@@ -173,6 +182,7 @@ pub fn open_source(
             source,
             schema: Arc::clone(avro.schema()),
             decoder: Box::new(avro),
+            changes: None,
         });
     }
     let schema = match schema.or_else(|| source.schema()) {
@@ -191,6 +201,7 @@ pub fn open_source(
         source,
         schema,
         decoder,
+        changes,
     })
 }
 

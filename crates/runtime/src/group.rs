@@ -32,7 +32,7 @@ use ubik_kafka::{Assignment, GroupMember, KafkaUrl};
 
 use crate::connect::{Opened, TaskKind, open_task, repartition_topic};
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::{OperatorStatus, PartitionStatus, Pipeline, Stats};
+use crate::pipeline::{OperatorStatus, PartitionStatus, Pipeline, StageStatus, Stats};
 use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
 use crate::spec::{Endpoint, PipelineSpec, SinkSpec};
 
@@ -267,6 +267,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             vec![repartition.clone()]
         }
     };
+    let stages = layout(spec, &plan, mode, (&url.topic, &repartition), partitions);
     let member = GroupMember::join(&url, &also, &group, instance_id.as_deref(), &spec.kafka)
         .map_err(ConnectorError::from)?;
     let input_topic = url.topic.clone();
@@ -416,7 +417,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             && opening.is_empty()
             && tasks.open.values().all(|t| t.finished)
         {
-            report(&mut tasks, &mut opts);
+            report(&mut tasks, &stages, &mut opts);
             // Closed, so leaving (a revocation) has nothing to hand over.
             for (_, mut t) in std::mem::take(&mut tasks.open) {
                 let _ = t.sink.close();
@@ -426,7 +427,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             return Ok(RunEnd::Finished);
         }
         if last_report.elapsed() >= opts.report_every {
-            report(&mut tasks, &mut opts);
+            report(&mut tasks, &stages, &mut opts);
             last_report = Instant::now();
         }
     }
@@ -441,8 +442,57 @@ fn records_read(tasks: &Tasks) -> u64 {
         .sum()
 }
 
-fn report(tasks: &mut Tasks, opts: &mut RunOptions<'_>) {
+/// The group's stages for a status page: what each reads, routes or runs,
+/// and writes, over how many tasks.
+fn layout(
+    spec: &PipelineSpec,
+    plan: &ubik_engine::QueryPlan,
+    mode: Mode,
+    (input, repartition): (&str, &str),
+    partitions: u32,
+) -> Vec<StageStatus> {
+    let output = match &spec.sink {
+        SinkSpec::Kafka(u) => KafkaUrl::parse(u).map_or_else(|_| u.clone(), |u| u.topic),
+        SinkSpec::Stdout => "stdout".into(),
+    };
+    let key: Vec<String> = plan.key_names().into_iter().map(String::from).collect();
+    let run = |reads: &str| StageStatus {
+        name: plan.kind_name(),
+        reads: reads.to_string(),
+        writes: output.clone(),
+        key: key.clone(),
+        tasks: partitions,
+        here: Vec::new(),
+    };
+    match mode {
+        Mode::Partitioned => vec![run(input)],
+        Mode::Repartitioned => vec![
+            StageStatus {
+                name: "first stage: stamps rows and routes them by key".into(),
+                reads: input.to_string(),
+                writes: repartition.to_string(),
+                key: key.clone(),
+                tasks: partitions,
+                here: Vec::new(),
+            },
+            run(repartition),
+        ],
+    }
+}
+
+fn report(tasks: &mut Tasks, stages: &[StageStatus], opts: &mut RunOptions<'_>) {
     let mut total = tasks.handed_over.clone();
+    // Which of each stage's tasks this member holds now.
+    total.stages = stages.to_vec();
+    for kind in tasks.open.keys() {
+        let (stage, p) = match *kind {
+            TaskKind::Whole(p) | TaskKind::Shuffle(p) => (0, p),
+            TaskKind::Keyed(p) => (1, p),
+        };
+        if let Some(s) = total.stages.get_mut(stage) {
+            s.here.push(p);
+        }
+    }
     // Counters add up over the tasks this member held; what it holds now
     // (partitions, state) comes from its open tasks alone.
     total.partitions.clear();

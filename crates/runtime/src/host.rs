@@ -24,6 +24,7 @@ use ubik_engine::{ChangeBatch, Output};
 
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Step};
+use crate::progress::{Progress, Total};
 use crate::spec::PipelineSpec;
 use crate::spill::{SpilledFlush, last_per_key};
 
@@ -46,6 +47,9 @@ pub struct HostOptions {
     /// Resume from the checkpoint a token names (kept in the checkpoint
     /// directory) instead of the latest.
     pub resume_from: Option<String>,
+    /// Draw a progress bar on stderr while running, when stderr is a
+    /// terminal (`None`: no).
+    pub progress: Option<bool>,
 }
 
 impl HostOptions {
@@ -98,10 +102,21 @@ pub struct HostPipeline {
     acc: Accumulator,
     spill_seq: u64,
     out: Output,
+    /// The bar on a terminal, and when it was last drawn.
+    progress: Option<(Progress, Instant)>,
 }
+
+/// How often the bar is redrawn.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
 impl HostPipeline {
     pub fn open(spec: PipelineSpec, options: HostOptions) -> Result<Self> {
+        let progress = match options.progress {
+            Some(true) => {
+                Progress::bar_on_terminal(Total::of(&spec, true)).map(|p| (p, Instant::now()))
+            }
+            _ => None,
+        };
         let mut pipeline = crate::connect::open_pipeline(spec)?;
         if let Some(token) = &options.resume_from {
             let epoch = token_epoch(token, pipeline.fingerprint())?;
@@ -122,6 +137,7 @@ impl HostPipeline {
             acc: Accumulator::default(),
             spill_seq: 0,
             out: Output::default(),
+            progress,
         };
         // Output saved with the checkpoint comes first, as it was.
         for c in host.pipeline.take_restored() {
@@ -184,6 +200,7 @@ impl HostPipeline {
             if self.options.coalesces() && self.due() {
                 self.flush()?;
             }
+            self.draw_progress(step == Step::Finished);
             if step == Step::Finished {
                 self.flush()?;
                 continue;
@@ -191,6 +208,21 @@ impl HostPipeline {
             if self.ready.is_empty() && Instant::now() >= deadline {
                 return Ok(None);
             }
+        }
+    }
+
+    /// Redraws the bar when due, and ends its line when the input `ended`.
+    fn draw_progress(&mut self, ended: bool) {
+        let Some((bar, last)) = &mut self.progress else {
+            return;
+        };
+        if ended || last.elapsed() >= PROGRESS_EVERY {
+            *last = Instant::now();
+            bar.report(&self.pipeline.stats);
+        }
+        if ended {
+            bar.finish(&self.pipeline.stats, true);
+            self.progress = None;
         }
     }
 

@@ -22,6 +22,7 @@ pub mod error;
 pub mod group;
 pub mod host;
 pub mod pipeline;
+pub mod progress;
 pub mod record_meta;
 pub mod runner;
 pub mod settings;
@@ -31,6 +32,6 @@ mod spill;
 
 pub use connect::{Opened, open, open_pipeline, validate};
 pub use error::{ErrorClass, Result, RuntimeError};
-pub use pipeline::{OperatorStatus, PartitionStatus, Pipeline, Stats, Step};
+pub use pipeline::{OperatorStatus, PartitionStatus, Pipeline, StageStatus, Stats, Step};
 pub use settings::{ErrorPolicy, Settings};
 pub use spec::{DeadLetterSpec, Endpoint, GroupSpec, PipelineSpec, SinkSpec, SourceSpec};

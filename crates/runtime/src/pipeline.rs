@@ -24,6 +24,7 @@ use ubik_engine::progress::{PARTITION_BITS, partition_id, source_of};
 use ubik_engine::query::Query;
 use ubik_engine::time::{MIN_TIME, next_tick};
 use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
+use ubik_format::debezium::ChangeEvents;
 use ubik_format::schema::describe;
 use ubik_format::{BadRecord, RecordDecoder};
 
@@ -72,6 +73,24 @@ pub struct Stats {
     pub last_dead_letter: Option<String>,
     /// The last error the pipeline recovered from, and when.
     pub last_error: Option<(SystemTime, String)>,
+    /// A consumer group member's stages, and its tasks in each (empty
+    /// when the pipeline runs alone).
+    pub stages: Vec<StageStatus>,
+}
+
+/// One stage of a consumer group's plan, as one member sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageStatus {
+    /// What its tasks do.
+    pub name: String,
+    /// The topic its tasks read, and the one they write.
+    pub reads: String,
+    pub writes: String,
+    /// The key its rows are partitioned by on the way out (routing) or in.
+    pub key: Vec<String>,
+    /// Its task count, and the tasks this member holds.
+    pub tasks: u32,
+    pub here: Vec<u32>,
 }
 
 /// One source partition's event-time progress.
@@ -131,6 +150,7 @@ impl Default for Stats {
             dead_letter_reasons: BTreeMap::new(),
             last_dead_letter: None,
             last_error: None,
+            stages: Vec::new(),
         }
     }
 }
@@ -185,6 +205,8 @@ struct Input {
     /// How messages name it (its URL or path).
     name: String,
     decoder: Box<dyn RecordDecoder>,
+    /// Unwraps a changelog source's change events into rows and deletions.
+    changes: Option<Box<dyn ChangeEvents>>,
     /// Decodes the keys of deletions (made when the first one arrives).
     key_decoder: Option<Box<dyn RecordDecoder>>,
     schema: SchemaRef,
@@ -380,6 +402,7 @@ impl Pipeline {
                 source,
                 schema,
                 mut decoder,
+                changes,
             } = opened;
             let index = query.plan().source_index(&table).ok_or_else(|| {
                 RuntimeError::Config(format!(
@@ -403,6 +426,7 @@ impl Pipeline {
                 table,
                 source,
                 decoder,
+                changes,
                 key_decoder: None,
                 schema,
                 index,
@@ -774,19 +798,19 @@ impl Pipeline {
     }
 
     fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
-        let chunk = match ubik_connector::is_changelog(&self.inputs[input].schema) {
-            true => {
+        let chunk = match &mut self.inputs[input].changes {
+            Some(changes) => {
                 // Debezium's events become the table's rows and deletions;
                 // the records that become none (bad, tombstones) count as read here.
                 let events = chunk.payload.len();
-                let unwrapped = ubik_format::debezium::unwrap(chunk);
+                let unwrapped = changes.unwrap(chunk)?;
                 self.stats.records_in += (events - unwrapped.rows.payload.len()) as u64;
                 for b in &unwrapped.bad {
                     self.bad_record(input, &unwrapped.rejected, b)?;
                 }
                 unwrapped.rows
             }
-            false => chunk,
+            None => chunk,
         };
         if chunk.meta.deletions.is_empty() {
             return self.on_run(input, chunk, false, out);
@@ -875,7 +899,9 @@ impl Pipeline {
             }
             Payload::Arrow(b) => {
                 let b = conform(b, &self.inputs[input].schema)?;
-                let ids = (0..b.num_rows() as u32).collect();
+                let ids: Vec<u32> = (0..b.num_rows() as u32).collect();
+                // Change events decoded as Arrow carry their times beside the rows.
+                let b = record_meta::fill_record_times(b, &ids, &chunk.meta.timestamps, deletion)?;
                 (b, ids)
             }
         };

@@ -13,10 +13,7 @@ use crate::error::Result;
 /// Splits a chunk holding deletions into runs of values and runs of
 /// deletions, in order (`true` marks a deletion run).
 pub fn split_runs(chunk: Chunk) -> Vec<(Chunk, bool)> {
-    let Payload::Bytes { data, spans } = &chunk.payload else {
-        return vec![(chunk, false)];
-    };
-    let n = spans.len();
+    let n = chunk.payload.len();
     let mut deleted = vec![false; n];
     for &d in &chunk.meta.deletions {
         if let Some(x) = deleted.get_mut(d as usize) {
@@ -28,13 +25,22 @@ pub fn split_runs(chunk: Chunk) -> Vec<(Chunk, bool)> {
     while start < n {
         let kind = deleted[start];
         let end = (start..n).find(|&i| deleted[i] != kind).unwrap_or(n);
-        let mut bytes = Vec::new();
-        let mut run_spans = Vec::with_capacity(end - start);
-        for span in &spans[start..end] {
-            let at = bytes.len();
-            bytes.extend_from_slice(&data[span.clone()]);
-            run_spans.push(at..bytes.len());
-        }
+        let payload = match &chunk.payload {
+            Payload::Bytes { data, spans } => {
+                let mut bytes = Vec::new();
+                let mut run_spans = Vec::with_capacity(end - start);
+                for span in &spans[start..end] {
+                    let at = bytes.len();
+                    bytes.extend_from_slice(&data[span.clone()]);
+                    run_spans.push(at..bytes.len());
+                }
+                Payload::Bytes {
+                    data: bytes,
+                    spans: run_spans,
+                }
+            }
+            Payload::Arrow(batch) => Payload::Arrow(batch.slice(start, end - start)),
+        };
         let timestamps = chunk
             .meta
             .timestamps
@@ -44,10 +50,7 @@ pub fn split_runs(chunk: Chunk) -> Vec<(Chunk, bool)> {
         runs.push((
             Chunk {
                 partition: chunk.partition,
-                payload: Payload::Bytes {
-                    data: bytes,
-                    spans: run_spans,
-                },
+                payload,
                 positions: chunk.positions.get(start..end).unwrap_or_default().to_vec(),
                 position_name: chunk.position_name,
                 meta: RecordMeta {

@@ -16,14 +16,7 @@ use proptest::test_runner::TestCaseError;
 use ubik_connector::{Chunk, Payload, RecordMeta};
 use ubik_format::debezium::{Unwrapped, unwrap};
 use ubik_format::json::JsonDecoder;
-
-#[derive(Debug, Clone)]
-enum Damage {
-    None,
-    Truncate(usize),
-    Set(usize, u8),
-    Random(Vec<u8>),
-}
+use ubik_fuzz::{Damage, damage};
 
 /// (op, id, name, source time, with schema envelope, tombstone instead)
 type Event = (u8, i64, String, i64, bool, bool);
@@ -37,15 +30,6 @@ fn event() -> impl Strategy<Value = Event> {
         any::<bool>(),
         prop::bool::weighted(0.1),
     )
-}
-
-fn damage() -> impl Strategy<Value = Damage> {
-    prop_oneof![
-        6 => Just(Damage::None),
-        1 => any::<usize>().prop_map(Damage::Truncate),
-        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Damage::Set(i, b)),
-        1 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Damage::Random),
-    ]
 }
 
 /// The event's JSON, and the row it must become (`None`: it must be refused).
@@ -78,16 +62,8 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
     for (i, (e, damage)) in cases.iter().enumerate() {
         let (text, want) = encode(e);
         let mut bytes = text.into_bytes();
-        let intact = matches!(damage, Damage::None);
-        match damage {
-            Damage::None => {}
-            Damage::Truncate(n) => bytes.truncate(*n % bytes.len()),
-            Damage::Set(at, b) => {
-                let at = *at % bytes.len();
-                bytes[at] = *b;
-            }
-            Damage::Random(r) => bytes = r.clone(),
-        }
+        let intact = damage.is_none();
+        damage.apply(&mut bytes);
         if e.5 {
             tombstones.push(i as u32);
             bytes = br#"{"id":1}"#.to_vec();

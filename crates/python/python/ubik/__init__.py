@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 _OPTIONS = frozenset(_SETTINGS)  # the runtime's settings, one list for every surface
-_HOST = ("max_rows", "max_bytes", "max_interval", "compact", "spill_dir", "spill_bytes", "resume_from")
+_HOST = ("max_rows", "max_bytes", "max_interval", "compact", "spill_dir", "spill_bytes", "resume_from", "progress")
 
 KEY_METADATA = b"ubik.key"
 KIND_METADATA = b"ubik.kind"
@@ -133,7 +133,9 @@ def validate(sql: str, schema: Any, table: Optional[str] = None, **options: Any)
     table name to schema, or a column list such as
     ``"merchant VARCHAR, ts TIMESTAMP, amount DOUBLE"``, or an Avro source's
     URL (``"kafka://host:port/topic?format=avro&registry=http://…"``: the
-    columns of the topic's value subject, read from the registry alone). The changelog key
+    columns of the topic's value subject, read from the registry alone; with
+    ``format=debezium-avro``, the table of Debezium's change events, keyed
+    by the key subject's columns, as a changelog). The changelog key
     columns are in the schema metadata (``b"ubik.key"``, a JSON list; see
     :func:`key_columns`). Raises :class:`SqlError` (with ``line``,
     ``column``, ``hint``), :class:`UnsupportedQueryError` or
@@ -253,7 +255,11 @@ def stream(sql: str, from_: Any, schema: Any = None, table: Optional[str] = None
 
     Records set aside (undecodable, too late; see :class:`DeadLetter`) go
     to ``on_dead_letter(letter)``, called in the calling thread while the
-    stream is read (without it they are printed to stderr as JSON lines)."""
+    stream is read (without it they are printed to stderr as JSON lines).
+
+    When stderr is a terminal, a progress bar shows the records read of the
+    total (a file's bytes, a Kafka topic's end offsets), the rate and the
+    time left; ``progress=False`` turns it off."""
     return Stream(_session(sql, from_, schema, table, None, options, one_shot=True))
 
 

@@ -103,10 +103,13 @@ def stream(
     spill_bytes: Optional[int] = None,
     kafka: Optional[Mapping[str, str]] = None,
     on_dead_letter: Optional[Callable[[DeadLetter], object]] = None,
+    progress: Optional[bool] = None,
 ) -> Stream:
     """One-shot: reads what the source holds when the call starts (a Kafka
     topic without ``end=`` up to its end offsets at the call, a webhook
-    buffer as it stands), closes every window and stops."""
+    buffer as it stands), closes every window and stops. On a terminal a
+    progress bar shows the records read of the total, the rate and the time
+    left (``progress=False``: none)."""
 def pipeline(
     sql: str,
     from_: Source,

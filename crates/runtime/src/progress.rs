@@ -1,12 +1,15 @@
 //! Progress on stderr: a one-line bar when stderr is a terminal, periodic
-//! log lines (events/s, watermark, state) otherwise.
+//! log lines (events/s, watermark, state) otherwise. The CLI's `run` and
+//! Python's bounded `stream()` share it.
 
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
 use tracing::info;
 use ubik_engine::time::{MAX_TIME, MIN_TIME, write_rfc3339_micros};
-use ubik_runtime::Stats;
+
+use crate::pipeline::Stats;
+use crate::spec::{Endpoint, PipelineSpec};
 
 pub struct Progress {
     terminal: bool,
@@ -17,6 +20,8 @@ pub struct Progress {
     /// When the last log line (non-terminals) was written.
     last_log: Option<Instant>,
     total: Option<Total>,
+    /// The rate of the last report, for the final line.
+    last_rate: (f64, f64),
 }
 
 /// Log lines (non-terminals) come at most this often.
@@ -53,6 +58,27 @@ pub enum Total {
     Records(u64),
     /// A Kafka source with `end=`: what is read plus the lag behind the end.
     Lag,
+    /// A bounded input read to its end.
+    Ended,
+}
+
+impl Total {
+    /// What a run of `spec` reads, when it is known before it starts: a
+    /// file's size, a demo's count, or a Kafka source's lag behind its end
+    /// (`end=`, or `bounded`: a one-shot run that ends where the topic stood).
+    pub fn of(spec: &PipelineSpec, bounded: bool) -> Option<Total> {
+        match spec.sources.as_slice() {
+            [one] => match &one.endpoint {
+                Endpoint::File(p) => std::fs::metadata(p).ok().map(|m| Total::Bytes(m.len())),
+                Endpoint::Demo { options, .. } if options.count > 0 => {
+                    Some(Total::Records(options.count))
+                }
+                Endpoint::Kafka(url) if bounded || url.contains("end=") => Some(Total::Lag),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// Progress toward a known total: the fraction done, and the seconds left
@@ -70,6 +96,7 @@ fn done_and_eta(
             let lag = s.lag? as f64;
             (s.records_in as f64, s.records_in as f64 + lag, rate)
         }
+        Total::Ended => return Some((1.0, Some(0.0))),
     };
     if all <= 0.0 {
         return None;
@@ -119,6 +146,14 @@ fn line(s: &Stats, total: Option<Total>, rate: f64, byte_rate: f64) -> String {
 }
 
 impl Progress {
+    /// The bar alone, when stderr is a terminal (`None` otherwise): for a
+    /// library's caller, whose logs are not ours to write.
+    pub fn bar_on_terminal(total: Option<Total>) -> Option<Self> {
+        std::io::stderr()
+            .is_terminal()
+            .then(|| Self::new(false, total))
+    }
+
     pub fn new(quiet: bool, total: Option<Total>) -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
@@ -128,6 +163,7 @@ impl Progress {
             last_at: Instant::now(),
             last_log: None,
             total,
+            last_rate: (0.0, 0.0),
         }
     }
 
@@ -142,6 +178,7 @@ impl Progress {
         self.last_records = s.records_in;
         self.last_bytes = s.bytes_in;
         self.last_at = now;
+        self.last_rate = (rate, byte_rate);
         if self.terminal {
             let mut err = std::io::stderr();
             let _ = write!(err, "\r{}   ", line(s, self.total, rate, byte_rate));
@@ -167,12 +204,17 @@ impl Progress {
         }
     }
 
-    pub fn finish(&mut self, s: &Stats) {
+    /// Ends the bar's line (at 100% when the input was `read_all`) and logs the totals.
+    pub fn finish(&mut self, s: &Stats, read_all: bool) {
         if self.quiet {
             return;
         }
         if self.terminal {
-            eprintln!();
+            // The input ended: all of the total is read, whatever the
+            // transport counted (a file's last bytes may be a newline).
+            let (rate, byte_rate) = self.last_rate;
+            let total = self.total.map(|t| if read_all { Total::Ended } else { t });
+            eprintln!("\r{}   ", line(s, total, rate, byte_rate));
         }
         let secs = s.started.elapsed().as_secs_f64();
         info!(

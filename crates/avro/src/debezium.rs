@@ -1,0 +1,482 @@
+//! Debezium's change events in Avro (`format=debezium-avro`), as Kafka
+//! Connect's Avro converters write them through a Confluent-compatible
+//! registry: the value is Debezium's envelope record (`before`, `after`,
+//! `source`, `op`, `ts_ms`, …) and the key a record of the primary key's
+//! columns.
+//!
+//! The events are decoded as envelope rows by [`AvroDecoder`] (vectorised,
+//! each with its writer schema, resolved to the envelope's latest), and
+//! each becomes one table row, taken from its `after` struct (`c`, `r`,
+//! `u`) or, for a delete (`d`), from its `before` struct, which holds the
+//! key. The rows are gathered column by column with one `interleave` of
+//! the two structs' children: no value is built per row. The op rules and
+//! the bad-event bookkeeping are the JSON envelope's
+//! ([`ubik_format::debezium`]), so both encodings refuse the same events
+//! with the same words.
+//!
+//! The table's columns are the `after` record's fields ([`table_of`]) and
+//! its primary key the key subject's fields ([`key_columns`]); a declared
+//! column list may name a subset instead.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StructArray};
+use arrow::compute::interleave;
+use arrow::datatypes::{DataType, Fields, Int64Type, Schema, SchemaRef};
+use ubik_connector::{Chunk, PRIMARY_KEY_METADATA, Payload, RECORD_TIMESTAMP_METADATA, RecordMeta};
+use ubik_format::RecordDecoder;
+use ubik_format::debezium::{ChangeEvents, Rejects, Unwrapped, applies_as_deletion};
+
+use crate::decode::AvroDecoder;
+use crate::error::{AvroError, Result};
+use crate::types::convert;
+
+/// The envelope parts ubik reads.
+const PARTS: [&str; 5] = ["before", "after", "op", "source", "ts_ms"];
+
+/// The fields of the envelope's row record (`after`'s, which `before`
+/// shares), as decoded columns.
+fn row_fields(envelope: &Schema) -> Result<Fields> {
+    let field = |name: &str| envelope.field_with_name(name).ok().map(|f| f.data_type());
+    match (field("after"), field("before"), field("op")) {
+        (Some(DataType::Struct(after)), Some(DataType::Struct(_)), Some(DataType::Utf8)) => {
+            Ok(after.clone())
+        }
+        _ => Err(AvroError::Schema(format!(
+            "the topic's value schema is not Debezium's envelope (a record with `before` and `after` rows and an `op` string); its fields are {}: is the topic plain Avro? then use format=avro",
+            envelope
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The table of an envelope's rows: the `after` record's fields, keyed by
+/// `primary_key` (which must be among them).
+pub fn table_of(envelope: &Schema, primary_key: &[String]) -> Result<SchemaRef> {
+    let fields = row_fields(envelope)?;
+    if let Some(missing) = primary_key
+        .iter()
+        .find(|k| fields.find(k.as_str()).is_none())
+    {
+        return Err(AvroError::Schema(format!(
+            "the key column `{missing}` is not a field of the change events' rows ({})",
+            names(&fields)
+        )));
+    }
+    let metadata = [(PRIMARY_KEY_METADATA.to_string(), primary_key.join(","))].into();
+    Ok(Arc::new(Schema::new_with_metadata(fields, metadata)))
+}
+
+/// The columns of a key schema (Debezium's key record), in order: the
+/// table's primary key.
+pub fn key_columns(key_schema: &str) -> Result<Vec<String>> {
+    let refuse = || {
+        AvroError::Schema(format!(
+            "the key schema is not a record of the primary key's columns (Debezium's key): {key_schema}"
+        ))
+    };
+    let schema: serde_json::Value = serde_json::from_str(key_schema).map_err(|_| refuse())?;
+    let fields = schema
+        .get("fields")
+        .and_then(|f| f.as_array())
+        .filter(|f| schema.get("type").and_then(|t| t.as_str()) == Some("record") && !f.is_empty())
+        .ok_or_else(refuse)?;
+    fields
+        .iter()
+        .map(|f| {
+            f.get("name")
+                .and_then(|n| n.as_str())
+                .map(str::to_string)
+                .ok_or_else(refuse)
+        })
+        .collect()
+}
+
+fn names(fields: &Fields) -> String {
+    fields
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Unwraps Debezium's Avro events into a table's rows (see the module doc).
+pub struct DebeziumAvro {
+    envelope: AvroDecoder,
+    table: SchemaRef,
+    /// Each table column's field in the row structs; `None` for the
+    /// record-time column, which the pipeline fills from the change times.
+    fields: Vec<Option<usize>>,
+    row: Fields,
+    /// The envelope columns of [`PARTS`], in that order.
+    parts: [usize; 5],
+}
+
+impl DebeziumAvro {
+    /// Unwraps events `envelope` decodes into rows of `table` (the
+    /// envelope's row fields or a subset, by name).
+    pub fn new(mut envelope: AvroDecoder, table: SchemaRef) -> Result<Self> {
+        let decoded = Arc::clone(envelope.schema());
+        let row = row_fields(&decoded)?;
+        let mut fields = Vec::with_capacity(table.fields().len());
+        for f in table.fields() {
+            if f.metadata().contains_key(RECORD_TIMESTAMP_METADATA) {
+                fields.push(None);
+                continue;
+            }
+            let Some((k, _)) = row.find(f.name()) else {
+                return Err(AvroError::Schema(format!(
+                    "the column `{}` is not a field of the change events' rows ({}): drop it from the declared columns, or check the topic",
+                    f.name(),
+                    names(&row)
+                )));
+            };
+            fields.push(Some(k));
+        }
+        let mut parts = [0; 5];
+        let mut reads = vec![false; decoded.fields().len()];
+        for (slot, part) in parts.iter_mut().zip(PARTS) {
+            match decoded.index_of(part) {
+                Ok(i) => {
+                    *slot = i;
+                    reads[i] = true;
+                }
+                // `source` and `ts_ms` only give times; without them the
+                // record's timestamp stands in (the `op` column is checked above).
+                Err(_) => *slot = usize::MAX,
+            }
+        }
+        envelope
+            .read_only(&reads)
+            .map_err(|e| AvroError::Schema(e.to_string()))?;
+        Ok(Self {
+            envelope,
+            table,
+            fields,
+            row,
+            parts,
+        })
+    }
+
+    /// The table the rows are of.
+    pub fn table(&self) -> &SchemaRef {
+        &self.table
+    }
+
+    fn part<'b>(&self, batch: &'b RecordBatch, k: usize) -> Option<&'b ArrayRef> {
+        (self.parts[k] != usize::MAX).then(|| batch.column(self.parts[k]))
+    }
+
+    /// Each decoded event's change time: `source.ts_ms`, else the
+    /// envelope's `ts_ms`.
+    fn times(&self, batch: &RecordBatch) -> Vec<Option<i64>> {
+        let int = |a: &ArrayRef| a.as_primitive_opt::<Int64Type>().cloned();
+        let source = self
+            .part(batch, 3)
+            .and_then(|s| s.as_struct_opt())
+            .and_then(|s| s.column_by_name("ts_ms"))
+            .and_then(int);
+        let top = self.part(batch, 4).and_then(int);
+        (0..batch.num_rows())
+            .map(|r| {
+                let at = |a: &Option<arrow::array::Int64Array>| {
+                    a.as_ref().filter(|a| a.is_valid(r)).map(|a| a.value(r))
+                };
+                at(&source).or_else(|| at(&top))
+            })
+            .collect()
+    }
+
+    fn rows(
+        &self,
+        before: &StructArray,
+        after: &StructArray,
+        picks: &[(usize, usize)],
+    ) -> Result<RecordBatch> {
+        let mut columns = Vec::with_capacity(self.fields.len());
+        for (field, k) in self.table.fields().iter().zip(&self.fields) {
+            columns.push(match k {
+                Some(k) => {
+                    let gathered = interleave(
+                        &[after.column(*k).as_ref(), before.column(*k).as_ref()],
+                        picks,
+                    )?;
+                    convert(&gathered, &self.row[*k], field.data_type())?
+                }
+                None => arrow::array::new_null_array(field.data_type(), picks.len()),
+            });
+        }
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.table),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(picks.len())),
+        )?)
+    }
+}
+
+impl ChangeEvents for DebeziumAvro {
+    fn unwrap(&mut self, chunk: Chunk) -> ubik_format::Result<Unwrapped> {
+        let Chunk {
+            partition,
+            payload,
+            positions,
+            position_name,
+            meta,
+        } = chunk;
+        let mut rejects = Rejects::new(partition, position_name);
+        let Payload::Bytes { data, spans } = payload else {
+            // Rows handed over as Arrow are rows already.
+            let rows = Chunk {
+                partition,
+                payload,
+                positions,
+                position_name,
+                meta,
+            };
+            return Ok(Unwrapped {
+                rows,
+                rejected: rejects.chunk,
+                bad: rejects.bad,
+            });
+        };
+        // Tombstones (after deletes, for compaction) are dropped: their delete came first.
+        let mut events: Vec<usize> = (0..spans.len()).collect();
+        events.retain(|i| meta.deletions.binary_search(&(*i as u32)).is_err());
+        let records: Vec<&[u8]> = events.iter().map(|&i| &data[spans[i].clone()]).collect();
+        let decoded = self.envelope.decode(&records)?;
+        let mut refused: Vec<(usize, String)> = decoded
+            .bad
+            .iter()
+            .map(|b| (events[b.index], b.message()))
+            .collect();
+        let batch = decoded.batch;
+        let record_of = |r: usize| match decoded.records.as_slice() {
+            [] => r,
+            records => records[r] as usize,
+        };
+        let (Some(before), Some(after), Some(op)) = (
+            self.part(&batch, 0).and_then(|c| c.as_struct_opt()),
+            self.part(&batch, 1).and_then(|c| c.as_struct_opt()),
+            self.part(&batch, 2).and_then(|c| c.as_string_opt::<i32>()),
+        ) else {
+            return Err(AvroError::Schema(
+                "the decoded envelope lost its before, after or op column".into(),
+            )
+            .into());
+        };
+        let times = self.times(&batch);
+        let mut picks = Vec::with_capacity(batch.num_rows());
+        let mut out = RecordMeta::default();
+        let mut kept_positions = Vec::with_capacity(batch.num_rows());
+        for r in 0..batch.num_rows() {
+            let i = events[record_of(r)];
+            let op = if op.is_valid(r) { op.value(r) } else { "" };
+            match applies_as_deletion(op, before.is_valid(r), after.is_valid(r)) {
+                Ok(deletion) => {
+                    if deletion {
+                        out.deletions.push(picks.len() as u32);
+                    }
+                    picks.push((usize::from(deletion), r));
+                    if let Some(t) = times[r].or_else(|| meta.timestamps.get(i).copied()) {
+                        out.timestamps.push(t);
+                    }
+                    kept_positions.push(positions.get(i).copied().unwrap_or_default());
+                }
+                Err(reason) => refused.push((i, reason)),
+            }
+        }
+        // Times are all or nothing, as for JSON events.
+        if out.timestamps.len() != picks.len() {
+            out.timestamps.clear();
+        }
+        refused.sort_by_key(|(i, _)| *i);
+        for (i, reason) in refused {
+            rejects.push(
+                &data[spans[i].clone()],
+                positions.get(i).copied().unwrap_or_default(),
+                reason,
+            );
+        }
+        let rows = self.rows(before, after, &picks)?;
+        Ok(Unwrapped {
+            rows: Chunk {
+                partition,
+                payload: Payload::Arrow(rows),
+                positions: kept_positions,
+                position_name,
+                meta: out,
+            },
+            rejected: rejects.chunk,
+            bad: rejects.bad,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow::array::{Int32Array, StringArray};
+
+    use super::*;
+    use crate::encode::write_long;
+
+    const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","namespace":"db.public.t","fields":[
+        {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+            {"name":"id","type":"int"},{"name":"m","type":["null","string"]}]}],"default":null},
+        {"name":"after","type":["null","Value"],"default":null},
+        {"name":"source","type":{"type":"record","name":"Source","namespace":"io.debezium",
+            "fields":[{"name":"version","type":"string"},{"name":"ts_ms","type":"long"}]}},
+        {"name":"op","type":"string"},
+        {"name":"ts_ms","type":["null","long"],"default":null}]}"#;
+
+    fn string(out: &mut Vec<u8>, s: &str) {
+        write_long(out, s.len() as i64);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    fn row(out: &mut Vec<u8>, r: Option<(i32, Option<&str>)>) {
+        match r {
+            None => write_long(out, 0),
+            Some((id, m)) => {
+                write_long(out, 1);
+                write_long(out, id as i64);
+                match m {
+                    None => write_long(out, 0),
+                    Some(m) => {
+                        write_long(out, 1);
+                        string(out, m);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A Confluent-framed envelope (schema id 7).
+    fn event(
+        op: &str,
+        before: Option<(i32, Option<&str>)>,
+        after: Option<(i32, Option<&str>)>,
+        ts: i64,
+    ) -> Vec<u8> {
+        let mut out = vec![0, 0, 0, 0, 7];
+        row(&mut out, before);
+        row(&mut out, after);
+        string(&mut out, "3.6.1");
+        write_long(&mut out, ts);
+        string(&mut out, op);
+        write_long(&mut out, 0);
+        out
+    }
+
+    fn chunk(records: &[Vec<u8>], tombstones: Vec<u32>) -> Chunk {
+        let mut data = Vec::new();
+        let mut spans = Vec::new();
+        for r in records {
+            let at = data.len();
+            data.extend_from_slice(r);
+            spans.push(at..data.len());
+        }
+        Chunk {
+            partition: 0,
+            positions: (0..records.len() as u64).map(|i| 100 + i).collect(),
+            payload: Payload::Bytes { data, spans },
+            position_name: "offset",
+            meta: RecordMeta {
+                timestamps: vec![1; records.len()],
+                deletions: tombstones,
+            },
+        }
+    }
+
+    fn unwrapper(table: SchemaRef) -> DebeziumAvro {
+        let schemas = BTreeMap::from([(7, ENVELOPE.to_string())]);
+        let envelope = AvroDecoder::new(ENVELOPE.into(), Box::new(schemas)).unwrap();
+        DebeziumAvro::new(envelope, table).unwrap()
+    }
+
+    #[test]
+    fn the_table_is_the_after_rows_keyed_by_the_key_record() {
+        let key =
+            key_columns(r#"{"type":"record","name":"Key","fields":[{"name":"id","type":"int"}]}"#)
+                .unwrap();
+        assert_eq!(key, ["id"]);
+        let envelope = crate::decode::columns_of(ENVELOPE).unwrap();
+        let table = table_of(&envelope, &key).unwrap();
+        assert_eq!(
+            ubik_format::schema::describe(&table),
+            "id Int32, m Utf8, PRIMARY KEY (id)"
+        );
+        assert_eq!(ubik_connector::primary_key(&table), ["id"]);
+        let e = table_of(&envelope, &["nope".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`nope`") && e.contains("id, m"), "{e}");
+        assert!(key_columns(r#""string""#).is_err());
+        let plain = crate::decode::columns_of(
+            r#"{"type":"record","name":"R","fields":[{"name":"id","type":"int"}]}"#,
+        )
+        .unwrap();
+        let e = table_of(&plain, &key).unwrap_err().to_string();
+        assert!(e.contains("format=avro"), "{e}");
+    }
+
+    #[test]
+    fn events_become_rows_and_deletions_and_bad_events_are_rejected_in_order() {
+        let envelope = crate::decode::columns_of(ENVELOPE).unwrap();
+        let mut d = unwrapper(table_of(&envelope, &["id".into()]).unwrap());
+        let input = chunk(
+            &[
+                event("r", None, Some((1, Some("a"))), 5),
+                event("c", None, None, 6),
+                event("u", Some((1, Some("a"))), Some((1, Some("b"))), 6),
+                b"{\"id\":1}".to_vec(),
+                event("d", Some((1, None)), None, 8),
+                br#"{"id":1}"#.to_vec(),
+                event("t", None, None, 9),
+                event("c", None, Some((2, None)), 10),
+            ],
+            vec![5],
+        );
+        let Unwrapped {
+            rows,
+            rejected,
+            bad,
+        } = d.unwrap(input).unwrap();
+        let Payload::Arrow(batch) = &rows.payload else {
+            panic!("rows are decoded")
+        };
+        let ids: &Int32Array = batch.column(0).as_primitive();
+        let ms: &StringArray = batch.column(1).as_string();
+        assert_eq!(ids.values(), &[1, 1, 1, 2]);
+        assert_eq!(
+            ms.iter().collect::<Vec<_>>(),
+            [Some("a"), Some("b"), None, None]
+        );
+        assert_eq!(rows.meta.deletions, [2]);
+        assert_eq!(rows.meta.timestamps, [5, 6, 8, 10]);
+        assert_eq!(rows.positions, [100, 102, 104, 107]);
+        assert_eq!(rejected.positions, [101, 103, 106]);
+        let reasons: Vec<&str> = bad.iter().map(|b| b.reason.as_str()).collect();
+        assert!(reasons[0].contains("without an `after`"), "{reasons:?}");
+        assert!(reasons[1].contains("magic byte"), "{reasons:?}");
+        assert!(reasons[2].contains("truncate"), "{reasons:?}");
+        assert_eq!(rejected.payload.record(1), Some(&b"{\"id\":1}"[..]));
+    }
+
+    #[test]
+    fn a_declared_column_the_rows_lack_is_named() {
+        let declared = ubik_format::schema::parse_column_list("id INT PRIMARY KEY, x INT").unwrap();
+        let schemas = BTreeMap::from([(7, ENVELOPE.to_string())]);
+        let envelope = AvroDecoder::new(ENVELOPE.into(), Box::new(schemas)).unwrap();
+        let e = DebeziumAvro::new(envelope, declared)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("`x`") && e.contains("id, m"), "{e}");
+    }
+}
