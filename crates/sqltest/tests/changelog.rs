@@ -187,6 +187,42 @@ fn a_group_by_over_a_changelog_equals_the_final_tables_one_shot_answer() {
     }
 }
 
+/// A table whose rows are all deleted at the end: a GROUP BY's groups all
+/// end as tombstones, and the global aggregate ends as SQL's aggregate of
+/// no rows (a count of 0, a NULL sum), which DataFusion answers over the
+/// empty table.
+#[test]
+fn an_emptied_table_leaves_no_groups_and_the_global_aggregate_of_no_rows() {
+    let catalog = Catalog::new().with_table("orders", schema());
+    let options = QueryOptions {
+        lateness_us: 0,
+        emit_interval_us: 1_000_000,
+        ..QueryOptions::default()
+    };
+    let mut rng = Rng(11);
+    let mut changes = changes(&mut rng, 400, 20);
+    changes.extend((0..20).map(|id| Change {
+        id,
+        row: None,
+        json: format!(r#"{{"id":{id},"ts":"2024-01-01T00:59:00Z"}}"#),
+    }));
+    let table = final_rows(&changes);
+    assert_eq!(table.num_rows(), 0);
+    for sql in [QUERIES[0], QUERIES[2]] {
+        let plan = plan_query(sql, &catalog, options.clone()).unwrap();
+        let want = oracle(sql, std::slice::from_ref(&table), &plan.key_columns);
+        let got = fold(&run(&plan, &feeds(&mut rng, &changes, 3), Some(5)).unwrap());
+        match plan.key_columns.is_empty() {
+            // The global aggregate: one row, of no rows.
+            true => {
+                assert_eq!(want.len(), 1, "{sql}");
+                assert_matches(sql, &got, &want);
+            }
+            false => assert!(got.is_empty() && want.is_empty(), "{sql}: {got:?}"),
+        }
+    }
+}
+
 #[test]
 fn plans_that_cannot_take_a_row_back_are_refused() {
     let catalog = Catalog::new().with_table("orders", schema());

@@ -59,6 +59,9 @@ pub struct ContinuousOperator {
     /// Over a changelog: the source's current rows, and `WHERE`, which is
     /// judged after them (an update may move a row out of the filter).
     changelog: Option<(TableRows, Option<PhysicalExprRef>)>,
+    /// No GROUP BY: the one group stays when the table empties (SQL's
+    /// aggregate over no rows is a row: a count of 0, NULL sums).
+    global: bool,
 }
 
 /// State TTL of a continuous GROUP BY.
@@ -123,6 +126,7 @@ impl ContinuousOperator {
             store_durable: store.is_some_and(SharedStore::is_durable),
             pending: PendingRows::new(queued, "__time"),
             changelog,
+            global: plan.group_fields.is_empty(),
             ttl: (options.state_ttl_us > 0 && has_event_time).then(|| Ttl {
                 ttl: options.state_ttl_us,
                 grid: options.ttl_grid(),
@@ -178,8 +182,13 @@ impl ContinuousOperator {
         }
         let mut values = self.state.evaluate(&groups)?;
         // Over a changelog the last aggregate counts each group's rows: a
-        // group left without any is retracted, and forgotten.
+        // group left without any is retracted, and forgotten (but for the
+        // global one, which is the aggregate of an empty table then).
         let (emptied, gone): (Vec<bool>, Vec<usize>) = match self.changelog.is_some() {
+            true if self.global => {
+                values.pop().expect("the hidden row count");
+                Default::default()
+            }
             true => {
                 let rows = values.pop().expect("the hidden row count");
                 let rows = rows.as_primitive::<Int64Type>();
