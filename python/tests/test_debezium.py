@@ -4,7 +4,8 @@ connectors capture the same table: one with JsonConverter (schemas on, as
 Connect's default) read with format=debezium-json, one with Apicurio's
 AvroConverter (Confluent's wire format, key and value registered in the
 test registry) read with format=debezium-avro, whose columns and primary
-key come from the registry alone.
+key come from the registry alone, and whose TIMESTAMP column is Debezium's
+default microsecond type.
 
 The table's history holds a snapshot, inserts, updates that move rows
 between groups, deletes, an update of the primary key (Debezium's delete,
@@ -19,6 +20,7 @@ triggers keep (a TRUNCATE fires none): the table as its change stream
 describes it. The changes start only once both connectors streamed their
 snapshot, so the truncate is always in the stream, never before a
 snapshot that would hide it."""
+import datetime
 import json
 import os
 import subprocess
@@ -160,7 +162,8 @@ def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, registry, de
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
     }
     avro_name = f"{name}_avro"
-    avro_config = config | avro_converters(registry) | {
+    # Debezium's default time.precision.mode here: TIMESTAMP columns are io.debezium.time.MicroTimestamp.
+    avro_config = {k: v for k, v in config.items() if k != "time.precision.mode"} | avro_converters(registry) | {
         "slot.name": avro_name, "publication.name": avro_name, "topic.prefix": avro_name}
     for n, c in ((name, config), (avro_name, avro_config)):
         status, body = rest(connect, "POST", "/connectors", {"name": n, "config": c})
@@ -228,14 +231,18 @@ def check_queries(source, columns, dsn, t):
     (the mirror: the table as its change stream describes it)."""
     # A continuous GROUP BY takes updated and deleted rows back out.
     got = ubik_run("SELECT merchant, count(*) AS n, sum(amount) AS total, min(amount) AS lo, "
-                   "max(amount) AS hi, sum(qty) AS q FROM orders GROUP BY merchant", source, columns)
-    rows = psql(dsn, f"SELECT merchant, count(*), sum(amount), min(amount), max(amount), sum(qty) "
-                     f"FROM {t} GROUP BY merchant")
+                   "max(amount) AS hi, sum(qty) AS q, max(ts) AS last FROM orders GROUP BY merchant",
+                   source, columns)
+    for v in got.values():  # the time as epoch seconds, as PostgreSQL gives it below
+        v["last"] = datetime.datetime.fromisoformat(v["last"]).timestamp()
+    rows = psql(dsn, f"SELECT merchant, count(*), sum(amount), min(amount), max(amount), sum(qty), "
+                     f"extract(epoch FROM max(ts)) FROM {t} GROUP BY merchant")
     want = {}
     for line in rows.splitlines():
-        m, n, total, lo, hi, q = line.split("\t")
+        m, n, total, lo, hi, q, last = line.split("\t")
         want[json.dumps({"merchant": m})] = {"merchant": m, "n": int(n), "total": float(total),
-                                             "lo": float(lo), "hi": float(hi), "q": int(q)}
+                                             "lo": float(lo), "hi": float(hi), "q": int(q),
+                                             "last": float(last)}
     assert len(want) >= 3
     assert got == want
 

@@ -16,13 +16,17 @@
 //!
 //! The table's columns are the `after` record's fields ([`table_of`]) and
 //! its primary key the key subject's fields ([`key_columns`]); a declared
-//! column list may name a subset instead.
+//! column list may name a subset instead. Debezium's own time types, which
+//! its converters mark with `connect.name` (`io.debezium.time.MicroTimestamp`
+//! and the like, its default `time.precision.mode`), are TIMESTAMP and
+//! DATE columns, not the numbers or strings that carry them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StructArray};
 use arrow::compute::interleave;
-use arrow::datatypes::{DataType, Fields, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Fields, Int64Type, Schema, SchemaRef, TimeUnit};
 use ubik_connector::{Chunk, PRIMARY_KEY_METADATA, Payload, RECORD_TIMESTAMP_METADATA, RecordMeta};
 use ubik_format::RecordDecoder;
 use ubik_format::debezium::{ChangeEvents, Rejects, Unwrapped, applies_as_deletion};
@@ -33,6 +37,92 @@ use crate::types::convert;
 
 /// The envelope parts ubik reads.
 const PARTS: [&str; 5] = ["before", "after", "op", "source", "ts_ms"];
+
+/// A Debezium time type, by the `connect.name` its converters give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DebeziumTime {
+    /// `io.debezium.time.Timestamp`, `MicroTimestamp`, `NanoTimestamp`: a
+    /// long counting this unit since the epoch.
+    Epoch(TimeUnit),
+    /// `io.debezium.time.ZonedTimestamp`: an ISO-8601 string with its offset.
+    Zoned,
+    /// `io.debezium.time.Date`: an int counting days since the epoch.
+    Date,
+}
+
+impl DebeziumTime {
+    fn named(connect_name: &str) -> Option<Self> {
+        Some(match connect_name {
+            "io.debezium.time.Timestamp" => Self::Epoch(TimeUnit::Millisecond),
+            "io.debezium.time.MicroTimestamp" => Self::Epoch(TimeUnit::Microsecond),
+            "io.debezium.time.NanoTimestamp" => Self::Epoch(TimeUnit::Nanosecond),
+            "io.debezium.time.ZonedTimestamp" => Self::Zoned,
+            "io.debezium.time.Date" => Self::Date,
+            _ => return None,
+        })
+    }
+
+    /// The column type it is read as.
+    fn column_type(self) -> DataType {
+        match self {
+            Self::Date => DataType::Date32,
+            _ => ubik_format::schema::timestamp_type(),
+        }
+    }
+
+    /// `column` (its carrier: a number or a string) as `to`.
+    fn convert(self, column: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+        let as_time = match self {
+            // The number is the time in this unit: reinterpret, then rescale.
+            Self::Epoch(unit) => arrow::compute::cast(column, &DataType::Timestamp(unit, None))?,
+            Self::Date => arrow::compute::cast(column, &DataType::Date32)?,
+            Self::Zoned => Arc::clone(column),
+        };
+        let options = arrow::compute::CastOptions {
+            safe: false,
+            ..Default::default()
+        };
+        Ok(arrow::compute::cast_with_options(&as_time, to, &options)?)
+    }
+}
+
+/// The row record's fields that carry a Debezium time type, by name, read
+/// from the envelope schema's JSON (`connect.name` on a field's type).
+fn time_fields(envelope_json: &str) -> HashMap<String, DebeziumTime> {
+    let Ok(schema) = serde_json::from_str::<serde_json::Value>(envelope_json) else {
+        return HashMap::new();
+    };
+    // The row record is defined where it first appears: `before`'s type, or `after`'s.
+    let record = schema["fields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| matches!(f["name"].as_str(), Some("before" | "after")))
+        .flat_map(|f| variants(&f["type"]))
+        .find(|t| t["type"] == "record");
+    let mut out = HashMap::new();
+    for field in record
+        .and_then(|r| r["fields"].as_array())
+        .into_iter()
+        .flatten()
+    {
+        let time = variants(&field["type"])
+            .filter_map(|t| t["connect.name"].as_str())
+            .find_map(DebeziumTime::named);
+        if let (Some(name), Some(time)) = (field["name"].as_str(), time) {
+            out.insert(name.to_string(), time);
+        }
+    }
+    out
+}
+
+/// A type's alternatives: a union's members, or the type itself.
+fn variants(t: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    match t.as_array() {
+        Some(members) => members.iter().collect::<Vec<_>>().into_iter(),
+        None => vec![t].into_iter(),
+    }
+}
 
 /// The fields of the envelope's row record (`after`'s, which `before`
 /// shares), as decoded columns.
@@ -54,10 +144,11 @@ fn row_fields(envelope: &Schema) -> Result<Fields> {
     }
 }
 
-/// The table of an envelope's rows: the `after` record's fields, keyed by
-/// `primary_key` (which must be among them).
-pub fn table_of(envelope: &Schema, primary_key: &[String]) -> Result<SchemaRef> {
-    let fields = row_fields(envelope)?;
+/// The table of the rows `envelope` decodes: the `after` record's fields
+/// (Debezium's time types as TIMESTAMP and DATE), keyed by `primary_key`
+/// (which must be among them).
+pub fn table_of(envelope: &AvroDecoder, primary_key: &[String]) -> Result<SchemaRef> {
+    let fields = row_fields(envelope.schema())?;
     if let Some(missing) = primary_key
         .iter()
         .find(|k| fields.find(k.as_str()).is_none())
@@ -67,6 +158,14 @@ pub fn table_of(envelope: &Schema, primary_key: &[String]) -> Result<SchemaRef> 
             names(&fields)
         )));
     }
+    let times = time_fields(envelope.reader_schema());
+    let fields: Vec<Field> = fields
+        .iter()
+        .map(|f| match times.get(f.name()) {
+            Some(t) => Field::new(f.name(), t.column_type(), true),
+            None => f.as_ref().clone(),
+        })
+        .collect();
     let metadata = [(PRIMARY_KEY_METADATA.to_string(), primary_key.join(","))].into();
     Ok(Arc::new(Schema::new_with_metadata(fields, metadata)))
 }
@@ -111,6 +210,8 @@ pub struct DebeziumAvro {
     /// Each table column's field in the row structs; `None` for the
     /// record-time column, which the pipeline fills from the change times.
     fields: Vec<Option<usize>>,
+    /// Each table column's Debezium time type, if it carries one.
+    times: Vec<Option<DebeziumTime>>,
     row: Fields,
     /// The envelope columns of [`PARTS`], in that order.
     parts: [usize; 5],
@@ -122,6 +223,12 @@ impl DebeziumAvro {
     pub fn new(mut envelope: AvroDecoder, table: SchemaRef) -> Result<Self> {
         let decoded = Arc::clone(envelope.schema());
         let row = row_fields(&decoded)?;
+        let time_of = time_fields(envelope.reader_schema());
+        let times = table
+            .fields()
+            .iter()
+            .map(|f| time_of.get(f.name()).copied())
+            .collect();
         let mut fields = Vec::with_capacity(table.fields().len());
         for f in table.fields() {
             if f.metadata().contains_key(RECORD_TIMESTAMP_METADATA) {
@@ -157,6 +264,7 @@ impl DebeziumAvro {
             envelope,
             table,
             fields,
+            times,
             row,
             parts,
         })
@@ -198,14 +306,18 @@ impl DebeziumAvro {
         picks: &[(usize, usize)],
     ) -> Result<RecordBatch> {
         let mut columns = Vec::with_capacity(self.fields.len());
-        for (field, k) in self.table.fields().iter().zip(&self.fields) {
+        let columns_of = self.table.fields().iter().zip(&self.fields);
+        for ((field, k), time) in columns_of.zip(&self.times) {
             columns.push(match k {
                 Some(k) => {
                     let gathered = interleave(
                         &[after.column(*k).as_ref(), before.column(*k).as_ref()],
                         picks,
                     )?;
-                    convert(&gathered, &self.row[*k], field.data_type())?
+                    match time {
+                        Some(t) => t.convert(&gathered, field.data_type())?,
+                        None => convert(&gathered, &self.row[*k], field.data_type())?,
+                    }
                 }
                 None => arrow::array::new_null_array(field.data_type(), picks.len()),
             });
@@ -393,10 +505,13 @@ mod tests {
         }
     }
 
+    fn decoder(envelope: &str) -> AvroDecoder {
+        let schemas = BTreeMap::from([(7, envelope.to_string())]);
+        AvroDecoder::new(envelope.into(), Box::new(schemas)).unwrap()
+    }
+
     fn unwrapper(table: SchemaRef) -> DebeziumAvro {
-        let schemas = BTreeMap::from([(7, ENVELOPE.to_string())]);
-        let envelope = AvroDecoder::new(ENVELOPE.into(), Box::new(schemas)).unwrap();
-        DebeziumAvro::new(envelope, table).unwrap()
+        DebeziumAvro::new(decoder(ENVELOPE), table).unwrap()
     }
 
     #[test]
@@ -405,7 +520,7 @@ mod tests {
             key_columns(r#"{"type":"record","name":"Key","fields":[{"name":"id","type":"int"}]}"#)
                 .unwrap();
         assert_eq!(key, ["id"]);
-        let envelope = crate::decode::columns_of(ENVELOPE).unwrap();
+        let envelope = decoder(ENVELOPE);
         let table = table_of(&envelope, &key).unwrap();
         assert_eq!(
             ubik_format::schema::describe(&table),
@@ -417,18 +532,15 @@ mod tests {
             .to_string();
         assert!(e.contains("`nope`") && e.contains("id, m"), "{e}");
         assert!(key_columns(r#""string""#).is_err());
-        let plain = crate::decode::columns_of(
-            r#"{"type":"record","name":"R","fields":[{"name":"id","type":"int"}]}"#,
-        )
-        .unwrap();
+        let plain =
+            decoder(r#"{"type":"record","name":"R","fields":[{"name":"id","type":"int"}]}"#);
         let e = table_of(&plain, &key).unwrap_err().to_string();
         assert!(e.contains("format=avro"), "{e}");
     }
 
     #[test]
     fn events_become_rows_and_deletions_and_bad_events_are_rejected_in_order() {
-        let envelope = crate::decode::columns_of(ENVELOPE).unwrap();
-        let mut d = unwrapper(table_of(&envelope, &["id".into()]).unwrap());
+        let mut d = unwrapper(table_of(&decoder(ENVELOPE), &["id".into()]).unwrap());
         let input = chunk(
             &[
                 event("r", None, Some((1, Some("a"))), 5),
@@ -478,5 +590,64 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("`x`") && e.contains("id, m"), "{e}");
+    }
+
+    #[test]
+    fn debezium_time_types_are_timestamps_and_dates() {
+        let envelope = r#"{"type":"record","name":"Envelope","fields":[
+            {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+                {"name":"id","type":"int"},
+                {"name":"us","type":["null",{"type":"long","connect.version":1,"connect.name":"io.debezium.time.MicroTimestamp"}]},
+                {"name":"ms","type":{"type":"long","connect.name":"io.debezium.time.Timestamp"}},
+                {"name":"ns","type":{"type":"long","connect.name":"io.debezium.time.NanoTimestamp"}},
+                {"name":"z","type":{"type":"string","connect.name":"io.debezium.time.ZonedTimestamp"}},
+                {"name":"d","type":{"type":"int","connect.name":"io.debezium.time.Date"}},
+                {"name":"n","type":"long"}]}],"default":null},
+            {"name":"after","type":["null","Value"],"default":null},
+            {"name":"op","type":"string"}]}"#;
+        let d = decoder(envelope);
+        let table = table_of(&d, &["id".into()]).unwrap();
+        assert_eq!(
+            ubik_format::schema::describe(&table),
+            "id Int32, us Timestamp(µs, \"UTC\"), ms Timestamp(µs, \"UTC\"), ns Timestamp(µs, \"UTC\"), z Timestamp(µs, \"UTC\"), d Date32, n Int64, PRIMARY KEY (id)"
+        );
+        let mut u = DebeziumAvro::new(d, table).unwrap();
+        // 2024-01-02T03:04:05.678901Z in each carrier; the date 2024-01-02.
+        let us = 1_704_164_645_678_901i64;
+        let mut event = vec![0, 0, 0, 0, 7];
+        write_long(&mut event, 0); // before: null
+        write_long(&mut event, 1); // after: the row
+        write_long(&mut event, 4); // id 4
+        write_long(&mut event, 1);
+        write_long(&mut event, us);
+        write_long(&mut event, us / 1000);
+        write_long(&mut event, us * 1000);
+        string(&mut event, "2024-01-02T03:04:05.678901Z");
+        write_long(&mut event, 19724);
+        write_long(&mut event, us);
+        string(&mut event, "c");
+        let Unwrapped { rows, bad, .. } = u.unwrap(chunk(&[event], vec![])).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        let Payload::Arrow(batch) = &rows.payload else {
+            panic!("rows are decoded")
+        };
+        let micros = |c: usize| {
+            batch
+                .column(c)
+                .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                .value(0)
+        };
+        assert_eq!(micros(1), us);
+        assert_eq!(micros(2), us / 1000 * 1000);
+        assert_eq!(micros(3), us);
+        assert_eq!(micros(4), us);
+        assert_eq!(
+            batch
+                .column(5)
+                .as_primitive::<arrow::datatypes::Date32Type>()
+                .value(0),
+            19724
+        );
+        assert_eq!(batch.column(6).as_primitive::<Int64Type>().value(0), us);
     }
 }

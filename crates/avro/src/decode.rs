@@ -133,6 +133,11 @@ impl AvroDecoder {
         })
     }
 
+    /// The reader schema's JSON text.
+    pub fn reader_schema(&self) -> &str {
+        &self.reader
+    }
+
     fn decoder(&mut self) -> Result<&mut Decoder> {
         if self.decoder.is_none() {
             self.decoder = Some(build(

@@ -170,11 +170,8 @@ pub fn change_source(
                 Some(s) => Arc::clone(s),
                 None => {
                     let key = ubik_avro::debezium_key(&registry, &url.topic).map_err(avro_error)?;
-                    let table = ubik_avro::debezium::table_of(
-                        ubik_format::RecordDecoder::schema(&envelope),
-                        &key,
-                    )
-                    .map_err(avro_error)?;
+                    let table =
+                        ubik_avro::debezium::table_of(&envelope, &key).map_err(avro_error)?;
                     ubik_connector::changelog_schema(&endpoint.transport_schema(table), "debezium")
                 }
             };
