@@ -486,17 +486,10 @@ mod tests {
     }
 
     fn chunk(records: &[Vec<u8>], tombstones: Vec<u32>) -> Chunk {
-        let mut data = Vec::new();
-        let mut spans = Vec::new();
-        for r in records {
-            let at = data.len();
-            data.extend_from_slice(r);
-            spans.push(at..data.len());
-        }
         Chunk {
             partition: 0,
             positions: (0..records.len() as u64).map(|i| 100 + i).collect(),
-            payload: Payload::Bytes { data, spans },
+            payload: Payload::from_records(records),
             position_name: "offset",
             meta: RecordMeta {
                 timestamps: vec![1; records.len()],

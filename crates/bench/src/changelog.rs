@@ -87,16 +87,9 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
     let mut emitted = 0;
     let start = Instant::now();
     for part in records.chunks(CHUNK) {
-        let mut data = Vec::new();
-        let mut spans = Vec::new();
-        for r in part {
-            let at = data.len();
-            data.extend_from_slice(r);
-            spans.push(at..data.len());
-        }
         let chunk = Chunk {
             partition: 0,
-            payload: Payload::Bytes { data, spans },
+            payload: Payload::from_records(part),
             positions: Vec::new(),
             position_name: "offset",
             meta: RecordMeta::default(),

@@ -25,6 +25,17 @@ pub enum Payload {
 }
 
 impl Payload {
+    /// Encoded records laid end to end in one buffer.
+    pub fn from_records<R: AsRef<[u8]>>(records: impl IntoIterator<Item = R>) -> Self {
+        let (mut data, mut spans) = (Vec::new(), Vec::new());
+        for r in records {
+            let at = data.len();
+            data.extend_from_slice(r.as_ref());
+            spans.push(at..data.len());
+        }
+        Payload::Bytes { data, spans }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Payload::Bytes { spans, .. } => spans.len(),

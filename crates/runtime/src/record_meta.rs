@@ -157,16 +157,9 @@ mod tests {
     #[test]
     fn runs_keep_the_order_of_values_and_deletions() {
         let records: [&[u8]; 4] = [b"v0", b"k1", b"k2", b"v3"];
-        let mut data = Vec::new();
-        let mut spans = Vec::new();
-        for r in records {
-            let at = data.len();
-            data.extend_from_slice(r);
-            spans.push(at..data.len());
-        }
         let chunk = Chunk {
             partition: 3,
-            payload: Payload::Bytes { data, spans },
+            payload: Payload::from_records(records),
             positions: vec![10, 11, 12, 13],
             position_name: "offset",
             meta: RecordMeta {

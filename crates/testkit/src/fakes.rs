@@ -118,17 +118,10 @@ impl Source for FakeSource {
                 take = take.min(self.chunk_limit);
             }
             let to = (from + take).min(records.len());
-            let mut data = Vec::new();
-            let mut spans = Vec::with_capacity(to - from);
-            for r in &records[from..to] {
-                let start = data.len();
-                data.extend_from_slice(r);
-                spans.push(start..data.len());
-            }
             self.next[p] = to;
             return Ok(SourceEvent::Chunk(Chunk {
                 partition: p as u32,
-                payload: Payload::Bytes { data, spans },
+                payload: Payload::from_records(&records[from..to]),
                 positions: (from as u64..to as u64).collect(),
                 position_name: "record",
                 meta: Default::default(),

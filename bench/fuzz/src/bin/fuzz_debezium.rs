@@ -57,8 +57,7 @@ fn encode(e: &Event) -> (String, Option<String>) {
 }
 
 fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
-    let mut data = Vec::new();
-    let (mut spans, mut tombstones, mut wants) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut records, mut tombstones, mut wants) = (Vec::new(), Vec::new(), Vec::new());
     for (i, (e, damage)) in cases.iter().enumerate() {
         let (text, want) = encode(e);
         let mut bytes = text.into_bytes();
@@ -68,15 +67,13 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
             tombstones.push(i as u32);
             bytes = br#"{"id":1}"#.to_vec();
         }
-        let at = data.len();
-        data.extend_from_slice(&bytes);
-        spans.push(at..data.len());
+        records.push(bytes);
         wants.push((intact && !e.5).then_some((want, e.3, e.0 == 3)));
     }
-    let n = spans.len();
+    let n = records.len();
     let chunk = Chunk {
         partition: 0,
-        payload: Payload::Bytes { data, spans },
+        payload: Payload::from_records(&records),
         positions: (0..n as u64).collect(),
         position_name: "offset",
         meta: RecordMeta {

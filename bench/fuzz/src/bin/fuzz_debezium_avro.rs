@@ -82,8 +82,7 @@ fn encode(e: &Event) -> (Vec<u8>, Option<bool>) {
 }
 
 fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
-    let mut data = Vec::new();
-    let (mut spans, mut tombstones, mut wants) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut records, mut tombstones, mut wants) = (Vec::new(), Vec::new(), Vec::new());
     for (i, (e, damage)) in cases.iter().enumerate() {
         let (mut bytes, applies) = encode(e);
         let intact = damage.is_none();
@@ -92,15 +91,13 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
             tombstones.push(i as u32);
             bytes = vec![0, 0, 0, 0, 9, 2];
         }
-        let at = data.len();
-        data.extend_from_slice(&bytes);
-        spans.push(at..data.len());
+        records.push(bytes);
         wants.push((intact && !e.6).then_some((applies, e.1, e.2.clone(), e.3)));
     }
-    let n = spans.len();
+    let n = records.len();
     let chunk = Chunk {
         partition: 0,
-        payload: Payload::Bytes { data, spans },
+        payload: Payload::from_records(&records),
         positions: (0..n as u64).collect(),
         position_name: "offset",
         meta: RecordMeta {
