@@ -82,7 +82,8 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
     let catalog = Catalog::new().with_table("orders", Arc::clone(&schema));
     let plan = plan_query(sql, &catalog, QueryOptions::default())?;
     let mut query = Query::new(plan)?;
-    let mut decoder = JsonDecoder::new(schema)?;
+    let mut decoder = JsonDecoder::new(Arc::clone(&schema))?;
+    let mut key_decoder = JsonDecoder::with_threads(schema, 1)?;
     let mut out = Output::default();
     let mut emitted = 0;
     let start = Instant::now();
@@ -98,25 +99,26 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
             true => ubik_format::debezium::unwrap(chunk).rows,
             false => chunk,
         };
-        // Runs of upserts and of deletions, in order.
+        // The chunk's upserts and deletions in one batch, in order, as the
+        // pipeline feeds them (deletions' keys through their own decoder).
         let records = rows.payload.records();
         let mut deleted = vec![false; records.len()];
         for &d in &rows.meta.deletions {
             deleted[d as usize] = true;
         }
-        let mut at = 0;
-        while at < records.len() {
-            let kind = deleted[at];
-            let end = (at..records.len())
-                .find(|&i| deleted[i] != kind)
-                .unwrap_or(records.len());
-            let decoded = decoder.decode(&records[at..end])?;
-            anyhow::ensure!(decoded.bad.is_empty(), "bad rows: {:?}", decoded.bad);
-            match kind {
-                true => query.process_deletions(0, &decoded.batch, &mut out)?,
-                false => query.process(0, &decoded.batch, &mut out)?,
-            }
-            at = end;
+        let decoded = match rows.meta.deletions.is_empty() {
+            true => decoder.decode(&records)?,
+            false => ubik_format::decoder::decode_mixed(
+                &records,
+                &deleted,
+                &mut |r| decoder.decode(r),
+                &mut |k| key_decoder.decode(k),
+            )?,
+        };
+        anyhow::ensure!(decoded.bad.is_empty(), "bad rows: {:?}", decoded.bad);
+        match rows.meta.deletions.is_empty() {
+            true => query.process(0, &decoded.batch, &mut out)?,
+            false => query.process_changes(0, &decoded.batch, &deleted, &mut out)?,
         }
         emitted += out.changes.iter().map(|c| c.rows.num_rows()).sum::<usize>();
         out = Output::default();

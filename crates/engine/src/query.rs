@@ -309,6 +309,52 @@ impl Query {
         self.fire(out)
     }
 
+    /// Takes in a changelog source's changes in order: each row of `batch`
+    /// is an upsert, or where `deleted` says so a deletion of its key (see
+    /// [`Self::process_deletions`]). One call takes a whole chunk however
+    /// its deletions are scattered; a continuous GROUP BY applies it in one
+    /// pass, other plans take it as runs of one kind.
+    pub fn process_changes(
+        &mut self,
+        partition: u32,
+        batch: &RecordBatch,
+        deleted: &[bool],
+        out: &mut Output,
+    ) -> Result<()> {
+        if !deleted.contains(&true) {
+            return self.process(partition, batch, out);
+        }
+        if deleted.len() != batch.num_rows() {
+            return Err(EngineError::internal("a deletion mask of another length"));
+        }
+        if self.plan.join.is_none() && reads_changelog(&self.plan.kind) {
+            self.check_schema(source_of(partition), batch)?;
+            return self.changelog_changes(partition, batch, deleted, out);
+        }
+        let mut start = 0;
+        while start < deleted.len() {
+            let kind = deleted[start];
+            let end = (start..deleted.len())
+                .find(|&i| deleted[i] != kind)
+                .unwrap_or(deleted.len());
+            let run = batch.slice(start, end - start);
+            let (rejects, shuffled) = (out.rejects.len(), out.shuffled.len());
+            match kind {
+                true => self.process_deletions(partition, &run, out)?,
+                false => self.process(partition, &run, out)?,
+            }
+            // Rows are reported by their index in `batch`.
+            for r in &mut out.rejects[rejects..] {
+                r.row += start;
+            }
+            for s in &mut out.shuffled[shuffled..] {
+                s.rows.iter_mut().for_each(|r| *r += start as u32);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
     /// Feeds source rows to every join side that reads `source`.
     /// Takes in deletions of a versioned table's keys: rows of the table's
     /// schema holding the key and, in the event-time column, when the
@@ -331,7 +377,8 @@ impl Query {
                 return self.passthrough_deletions(p, batch, out);
             }
             kind if plan.join.is_none() && reads_changelog(kind) => {
-                return self.changelog_deletions(partition, batch, out);
+                let deleted = vec![true; batch.num_rows()];
+                return self.changelog_changes(partition, batch, &deleted, out);
             }
             _ => {}
         }
@@ -560,18 +607,25 @@ impl Query {
         }
     }
 
-    /// Deletions of a changelog's keys for the continuous aggregation over it.
-    fn changelog_deletions(
+    /// A changelog's changes (upserts, and deletions where `deleted` says)
+    /// for the continuous aggregation over it.
+    fn changelog_changes(
         &mut self,
         partition: u32,
         batch: &RecordBatch,
+        deleted: &[bool],
         out: &mut Output,
     ) -> Result<()> {
         if let Some(stamped) = self.stamp_stage(partition, batch, false, out)? {
+            let deleted: Vec<bool> = stamped
+                .origin
+                .iter()
+                .map(|&i| deleted[i as usize])
+                .collect();
             self.operator
                 .as_mut()
                 .expect("stateful operator")
-                .process_deletions(stamped, out)?;
+                .process_changes(stamped, &deleted, out)?;
         }
         self.fire(out)
     }

@@ -28,6 +28,8 @@ use ubik_connector::{Chunk, Payload, RecordMeta};
 
 use crate::decoder::BadRecord;
 
+mod skim;
+
 /// One change event's parts, borrowed from its bytes. With
 /// `schemas.enable=true` the event is the `payload` of Connect's envelope,
 /// read in the same pass.
@@ -60,11 +62,6 @@ enum Change {
     Upsert(Range<usize>),
     /// The key (in the old image at `span`) stops existing.
     Delete(Range<usize>),
-}
-
-/// Whether the value is a JSON object (not `null`).
-fn is_object(v: &RawValue) -> bool {
-    v.get().starts_with('{')
 }
 
 /// How an event of `op` applies, whatever its encoding: `Ok(true)` a
@@ -138,8 +135,33 @@ impl Rejects {
 }
 
 /// Reads one event: its change and its source time (ms), or why it cannot
-/// be applied.
+/// be applied. The common form is skimmed ([`skim`]); serde reads the rest
+/// and says what is wrong.
 fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
+    let fields = match skim::skim(record) {
+        Some(f) => f,
+        None => parse_envelope(record)?,
+    };
+    let op = fields.op.as_deref().ok_or_else(|| {
+        "not a Debezium change event: it has no `op` (is the topic plain JSON? then drop format=debezium-json)".to_string()
+    })?;
+    let time = fields.source_ts.or(fields.ts_ms);
+    let span = |text: &str| {
+        let start = text.as_ptr() as usize - record.as_ptr() as usize;
+        start..start + text.len()
+    };
+    let is_object = |v: Option<&str>| v.is_some_and(|v| v.starts_with('{'));
+    let change = if applies_as_deletion(op, is_object(fields.before), is_object(fields.after))? {
+        Change::Delete(span(fields.before.expect("checked above")))
+    } else {
+        Change::Upsert(span(fields.after.expect("checked above")))
+    };
+    Ok((change, time))
+}
+
+/// Reads an envelope with serde: any JSON the skim gives up on, with
+/// serde's words for what is wrong.
+fn parse_envelope(record: &[u8]) -> Result<skim::Fields<'_>, String> {
     let mut env: Envelope<'_> = serde_json::from_slice(record)
         .map_err(|e| format!("not a Debezium change event (JSON): {e}"))?;
     if env.op.is_none()
@@ -147,25 +169,13 @@ fn read_event(record: &[u8]) -> Result<(Change, Option<i64>), String> {
     {
         env = *payload;
     }
-    let op = env.op.as_deref().ok_or_else(|| {
-        "not a Debezium change event: it has no `op` (is the topic plain JSON? then drop format=debezium-json)".to_string()
-    })?;
-    let time = env.source.and_then(|s| s.ts_ms).or(env.ts_ms);
-    let span = |v: &RawValue| {
-        let text = v.get();
-        let start = text.as_ptr() as usize - record.as_ptr() as usize;
-        start..start + text.len()
-    };
-    let change = if applies_as_deletion(
-        op,
-        env.before.is_some_and(is_object),
-        env.after.is_some_and(is_object),
-    )? {
-        Change::Delete(span(env.before.expect("checked above")))
-    } else {
-        Change::Upsert(span(env.after.expect("checked above")))
-    };
-    Ok((change, time))
+    Ok(skim::Fields {
+        before: env.before.map(RawValue::get),
+        after: env.after.map(RawValue::get),
+        op: env.op,
+        source_ts: env.source.and_then(|s| s.ts_ms),
+        ts_ms: env.ts_ms,
+    })
 }
 
 /// A chunk of change events, unwrapped.

@@ -174,9 +174,9 @@ pub(crate) struct FlatDecoder {
 }
 
 /// The parse gave up: the general decoder takes the chunk.
-struct GiveUp;
+pub(crate) struct GiveUp;
 
-type Step<T = usize> = Result<T, GiveUp>;
+pub(crate) type Step<T = usize> = Result<T, GiveUp>;
 
 impl FlatDecoder {
     /// A decoder for `schema` whose columns `reads` marks false are left null
@@ -301,7 +301,7 @@ impl FlatDecoder {
                         self.follows[previous] = c;
                         previous = c;
                     }
-                    None => i = self.skip_value(text, i, 2)?,
+                    None => i = skip_value(text, i, 2, &mut self.scratch)?,
                 }
                 i = skip_ws(b, i);
                 match b.get(i) {
@@ -341,7 +341,7 @@ impl FlatDecoder {
             return Ok(end);
         }
         match &mut self.columns[c] {
-            Column::Skip => self.skip_value(text, i, 2),
+            Column::Skip => skip_value(text, i, 2, &mut self.scratch),
             Column::Int(builder, lo, hi) => {
                 let (end, integer) = number(b, i)?;
                 let v = integer
@@ -410,48 +410,48 @@ impl FlatDecoder {
             }
         }
     }
+}
 
-    /// Checks the value at `i` (at nesting level `depth`) and skips it.
-    fn skip_value(&mut self, text: &str, i: usize, depth: usize) -> Step {
-        let b = text.as_bytes();
-        match b.get(i) {
-            Some(b'"') => Ok(string(text, i + 1, &mut self.scratch)?.0),
-            Some(b't') => literal(b, i, b"true"),
-            Some(b'f') => literal(b, i, b"false"),
-            Some(b'n') => literal(b, i, b"null"),
-            Some(b'-' | b'0'..=b'9') => Ok(number(b, i)?.0),
-            Some(&open @ (b'[' | b'{')) => {
-                if depth > MAX_DEPTH {
-                    return Err(GiveUp);
+/// Checks the value at `i` (at nesting level `depth`) and skips it.
+pub(crate) fn skip_value(text: &str, i: usize, depth: usize, scratch: &mut String) -> Step {
+    let b = text.as_bytes();
+    match b.get(i) {
+        Some(b'"') => Ok(string(text, i + 1, scratch)?.0),
+        Some(b't') => literal(b, i, b"true"),
+        Some(b'f') => literal(b, i, b"false"),
+        Some(b'n') => literal(b, i, b"null"),
+        Some(b'-' | b'0'..=b'9') => Ok(number(b, i)?.0),
+        Some(&open @ (b'[' | b'{')) => {
+            if depth > MAX_DEPTH {
+                return Err(GiveUp);
+            }
+            let close = if open == b'[' { b']' } else { b'}' };
+            let mut i = skip_ws(b, i + 1);
+            if b.get(i) == Some(&close) {
+                return Ok(i + 1);
+            }
+            loop {
+                if open == b'{' {
+                    i = expect(b, i, b'"')?;
+                    i = string(text, i, scratch)?.0;
+                    i = skip_ws(b, expect(b, skip_ws(b, i), b':')?);
                 }
-                let close = if open == b'[' { b']' } else { b'}' };
-                let mut i = skip_ws(b, i + 1);
-                if b.get(i) == Some(&close) {
-                    return Ok(i + 1);
-                }
-                loop {
-                    if open == b'{' {
-                        i = expect(b, i, b'"')?;
-                        i = string(text, i, &mut self.scratch)?.0;
-                        i = skip_ws(b, expect(b, skip_ws(b, i), b':')?);
-                    }
-                    i = skip_ws(b, self.skip_value(text, i, depth + 1)?);
-                    match b.get(i) {
-                        Some(b',') => i = skip_ws(b, i + 1),
-                        Some(&c) if c == close => return Ok(i + 1),
-                        _ => return Err(GiveUp),
-                    }
+                i = skip_ws(b, skip_value(text, i, depth + 1, scratch)?);
+                match b.get(i) {
+                    Some(b',') => i = skip_ws(b, i + 1),
+                    Some(&c) if c == close => return Ok(i + 1),
+                    _ => return Err(GiveUp),
                 }
             }
-            _ => Err(GiveUp),
         }
+        _ => Err(GiveUp),
     }
 }
 
 /// `record` as text, if it is valid UTF-8. Records are almost always ASCII,
 /// which [`ascii`] checks a word at a time, faster than the general
 /// validation.
-fn utf8(record: &[u8]) -> Option<&str> {
+pub(crate) fn utf8(record: &[u8]) -> Option<&str> {
     if ascii(record) {
         // SAFETY: every byte is below 0x80, and ASCII is valid UTF-8.
         return Some(unsafe { std::str::from_utf8_unchecked(record) });
@@ -476,7 +476,7 @@ fn ascii(b: &[u8]) -> bool {
     }
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
         i += 1;
     }
@@ -484,7 +484,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The index after byte `want` at `i`.
-fn expect(b: &[u8], i: usize, want: u8) -> Step {
+pub(crate) fn expect(b: &[u8], i: usize, want: u8) -> Step {
     if b.get(i) == Some(&want) {
         Ok(i + 1)
     } else {
@@ -493,7 +493,7 @@ fn expect(b: &[u8], i: usize, want: u8) -> Step {
 }
 
 /// The index after the literal `word` at `i`.
-fn literal(b: &[u8], i: usize, word: &[u8]) -> Step {
+pub(crate) fn literal(b: &[u8], i: usize, word: &[u8]) -> Step {
     if b.get(i..i + word.len()) == Some(word) {
         Ok(i + word.len())
     } else {
@@ -503,7 +503,7 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> Step {
 
 /// A JSON number at `i` (strict grammar: `-?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?`):
 /// the index after it and whether it is an integer (no fraction, no exponent).
-fn number(b: &[u8], mut i: usize) -> Step<(usize, bool)> {
+pub(crate) fn number(b: &[u8], mut i: usize) -> Step<(usize, bool)> {
     let digits = |b: &[u8], mut i: usize| -> Step {
         let start = i;
         while b.get(i).is_some_and(u8::is_ascii_digit) {
@@ -554,7 +554,7 @@ fn finite_float<T: std::str::FromStr + Infinite>(text: &str, i: usize) -> Step<(
 }
 
 /// A JSON integer's value, or `None` out of the `i64` range.
-fn parse_i64(s: &[u8]) -> Option<i64> {
+pub(crate) fn parse_i64(s: &[u8]) -> Option<i64> {
     let (negative, digits) = match s.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, s),
@@ -579,7 +579,11 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
 /// The string whose text starts at `start` (after its opening quote): the
 /// index after its closing quote, and its text when it has no escape (else
 /// the unescaped text is in `scratch`).
-fn string<'a>(text: &'a str, start: usize, scratch: &mut String) -> Step<(usize, Option<&'a str>)> {
+pub(crate) fn string<'a>(
+    text: &'a str,
+    start: usize,
+    scratch: &mut String,
+) -> Step<(usize, Option<&'a str>)> {
     let b = text.as_bytes();
     let at = start + memchr::memchr2(b'"', b'\\', &b[start..]).ok_or(GiveUp)?;
     if b[at] == b'"' {
@@ -650,6 +654,7 @@ mod tests {
 
     use super::*;
     use crate::json::JsonDecoder;
+    use crate::test_rng::Rng;
     use arrow::datatypes::{Field, Schema};
 
     fn schema() -> SchemaRef {
@@ -671,23 +676,6 @@ mod tests {
             Field::new("ts_ns", ts(TimeUnit::Nanosecond), true),
             Field::new("ts_s", DataType::Timestamp(TimeUnit::Second, None), true),
         ]))
-    }
-
-    /// xorshift64*: a seeded stream, no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-            xs[self.below(xs.len())]
-        }
     }
 
     const ANY: &[&str] = &[

@@ -24,6 +24,8 @@ pub mod error;
 mod flat_json;
 pub mod json;
 pub mod schema;
+#[cfg(test)]
+mod test_rng;
 pub mod timestamp;
 
 pub use decoder::{BadRecord, Decoded, Format, RecordDecoder};

@@ -223,40 +223,63 @@ impl Input {
         partition_id(self.index, partition)
     }
 
-    /// Decodes deletions' keys into rows of the schema holding only the
-    /// primary key's columns; a key that fits no reading is a bad record.
-    fn decode_keys(&mut self, keys: &[&[u8]]) -> Result<ubik_format::Decoded> {
-        let primary_key = ubik_format::schema::primary_key(&self.schema);
-        let objects: Vec<Vec<u8>> = keys
-            .iter()
-            .map(|k| record_meta::key_object(k, &primary_key).unwrap_or_default())
-            .collect();
-        let decoder = match &mut self.key_decoder {
-            Some(d) => d,
-            None => {
-                self.key_decoder
-                    .insert(Box::new(ubik_format::json::JsonDecoder::with_threads(
-                        Arc::clone(&self.schema),
-                        1,
-                    )?))
-            }
-        };
-        let refs: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
-        let mut decoded = decoder.decode(&refs)?;
-        // A key that fits no reading was decoded as nothing: say what a
-        // tombstone's key must look like instead of "empty record".
-        for bad in &mut decoded.bad {
-            if objects[bad.index].is_empty() {
-                bad.field = None;
-                bad.reason = format!(
-                    "a tombstone's key fits no reading of the primary key ({}): expected a plain string or JSON scalar (a one-column key), a JSON array of {} value(s) in key order, or a JSON object of the key columns",
-                    primary_key.join(", "),
-                    primary_key.len()
-                );
-            }
-        }
-        Ok(decoded)
+    /// Decodes a chunk of values and deletions (`deleted`), whose bytes
+    /// are keys, into one batch in record order.
+    fn decode_mixed(
+        &mut self,
+        records: &[&[u8]],
+        deleted: &[bool],
+    ) -> ubik_format::Result<ubik_format::Decoded> {
+        let Input {
+            decoder,
+            key_decoder,
+            schema,
+            ..
+        } = self;
+        ubik_format::decoder::decode_mixed(
+            records,
+            deleted,
+            &mut |values| decoder.decode(values),
+            &mut |keys| decode_keys(schema, key_decoder, keys),
+        )
     }
+}
+
+/// Decodes deletions' keys into rows of `schema` holding only the primary
+/// key's columns (`decoder` is made when the first one arrives); a key that
+/// fits no reading is a bad record.
+fn decode_keys(
+    schema: &SchemaRef,
+    decoder: &mut Option<Box<dyn RecordDecoder>>,
+    keys: &[&[u8]],
+) -> ubik_format::Result<ubik_format::Decoded> {
+    let primary_key = ubik_format::schema::primary_key(schema);
+    let objects: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| record_meta::key_object(k, &primary_key).unwrap_or_default())
+        .collect();
+    let decoder = match decoder {
+        Some(d) => d,
+        None => decoder.insert(Box::new(ubik_format::json::JsonDecoder::with_threads(
+            Arc::clone(schema),
+            1,
+        )?)),
+    };
+    let refs: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
+    let mut decoded = decoder.decode(&refs)?;
+    // A key that fits no reading was decoded as nothing: say what a
+    // tombstone's key must look like instead of "empty record".
+    for bad in &mut decoded.bad {
+        if objects[bad.index].is_empty() {
+            bad.field = None;
+            bad.reason = format!(
+                "a tombstone's key fits no reading of the primary key ({}): expected a plain string or JSON scalar (a one-column key), a JSON array of {} value(s) in key order, or a JSON object of the key columns",
+                primary_key.join(", "),
+                primary_key.len()
+            );
+        }
+    }
+    Ok(decoded)
 }
 
 pub struct Pipeline {
@@ -812,13 +835,7 @@ impl Pipeline {
             }
             None => chunk,
         };
-        if chunk.meta.deletions.is_empty() {
-            return self.on_run(input, chunk, false, out);
-        }
-        for (run, deletion) in record_meta::split_runs(chunk) {
-            self.on_run(input, run, deletion, out)?;
-        }
-        Ok(())
+        self.on_records(input, chunk, out)
     }
 
     /// A record that cannot be decoded: the run fails, or it is skipped or
@@ -856,15 +873,9 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Decodes and feeds records of one partition: values, or deletions
-    /// (whose bytes are keys) when `deletion`.
-    fn on_run(
-        &mut self,
-        input: usize,
-        chunk: Chunk,
-        deletion: bool,
-        out: &mut Output,
-    ) -> Result<()> {
+    /// Decodes and feeds records of one partition: values, and deletions
+    /// (whose bytes are keys) where the chunk marks them.
+    fn on_records(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
         if let Stage::Shuffled { .. } = self.stage {
             return self.on_shuffled(input, chunk, out);
         }
@@ -872,14 +883,22 @@ impl Pipeline {
         let n = chunk.payload.len() as u64;
         self.stats.records_in += n;
         self.last_data.insert(p, Instant::now());
+        let mut deleted = match chunk.meta.deletions.is_empty() {
+            true => Vec::new(),
+            false => vec![false; chunk.payload.len()],
+        };
+        for &d in &chunk.meta.deletions {
+            if let Some(x) = deleted.get_mut(d as usize) {
+                *x = true;
+            }
+        }
         let (batch, record_of): (RecordBatch, Vec<u32>) = match &chunk.payload {
             Payload::Bytes { data, .. } => {
                 self.stats.bytes_in += data.len() as u64;
                 let records = chunk.payload.records();
-                let decoded = if deletion {
-                    self.inputs[input].decode_keys(&records)?
-                } else {
-                    self.inputs[input].decoder.decode(&records)?
+                let decoded = match deleted.is_empty() {
+                    true => self.inputs[input].decoder.decode(&records)?,
+                    false => self.inputs[input].decode_mixed(&records, &deleted)?,
                 };
                 for bad in &decoded.bad {
                     self.bad_record(input, &chunk, bad)?;
@@ -887,24 +906,22 @@ impl Pipeline {
                 let record_of = if decoded.records.is_empty() {
                     (0..decoded.batch.num_rows() as u32).collect()
                 } else {
-                    decoded.records.clone()
+                    decoded.records
                 };
-                let batch = record_meta::fill_record_times(
-                    decoded.batch,
-                    &record_of,
-                    &chunk.meta.timestamps,
-                    deletion,
-                )?;
-                (batch, record_of)
+                (decoded.batch, record_of)
             }
             Payload::Arrow(b) => {
                 let b = conform(b, &self.inputs[input].schema)?;
-                let ids: Vec<u32> = (0..b.num_rows() as u32).collect();
-                // Change events decoded as Arrow carry their times beside the rows.
-                let b = record_meta::fill_record_times(b, &ids, &chunk.meta.timestamps, deletion)?;
-                (b, ids)
+                (b.clone(), (0..b.num_rows() as u32).collect())
             }
         };
+        // Each row's deletion mark (none when the chunk has no deletions).
+        let deleted: Vec<bool> = match deleted.is_empty() {
+            true => Vec::new(),
+            false => record_of.iter().map(|&r| deleted[r as usize]).collect(),
+        };
+        let batch =
+            record_meta::fill_record_times(batch, &record_of, &chunk.meta.timestamps, &deleted)?;
         // Feed the batch, splitting it where a previous run pushed an idle watermark.
         let base = self.consumed.get(&p).copied().unwrap_or(0);
         let mut row = 0usize;
@@ -918,9 +935,9 @@ impl Pipeline {
             let upto = record_of.partition_point(|&r| (r as u64) < k);
             self.feed(
                 p,
-                &batch,
+                (&batch, &deleted),
                 (row, upto),
-                (&chunk, input, deletion),
+                (&chunk, input),
                 &record_of,
                 out,
             )?;
@@ -930,9 +947,9 @@ impl Pipeline {
         }
         self.feed(
             p,
-            &batch,
+            (&batch, &deleted),
             (row, batch.num_rows()),
-            (&chunk, input, deletion),
+            (&chunk, input),
             &record_of,
             out,
         )?;
@@ -940,14 +957,15 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Feeds rows `from..to` of a decoded run (`chunk` = the run, its
-    /// input, whether it holds deletions) to the query.
+    /// Feeds rows `from..to` of a decoded chunk (with each row's deletion
+    /// mark, none when it holds no deletions; `chunk` = the chunk and its
+    /// input) to the query.
     fn feed(
         &mut self,
         p: u32,
-        batch: &RecordBatch,
+        (batch, deleted): (&RecordBatch, &[bool]),
         (from, to): (usize, usize),
-        chunk: (&Chunk, usize, bool),
+        chunk: (&Chunk, usize),
         record_of: &[u32],
         out: &mut Output,
     ) -> Result<()> {
@@ -960,10 +978,9 @@ impl Pipeline {
             batch.slice(from, to - from)
         };
         let before = out.rejects.len();
-        if chunk.2 {
-            self.query.process_deletions(p, &slice, out)?;
-        } else {
-            self.query.process(p, &slice, out)?;
+        match deleted.get(from..to) {
+            Some(deleted) => self.query.process_changes(p, &slice, deleted, out)?,
+            None => self.query.process(p, &slice, out)?,
         }
         for s in out.shuffled.drain(..) {
             let upstream = s.partition & ((1 << PARTITION_BITS) - 1);

@@ -333,21 +333,26 @@ impl Layout {
     }
 
     /// Appends `rows` (all of one partition id) as feeds of `size` rows;
-    /// deletions and rows never share a feed.
+    /// deletions and rows share a feed only when `mixed`.
     fn push(
         &mut self,
         batches: &[RecordBatch],
         rows: &[Arrival],
         size: usize,
+        mixed: bool,
     ) -> Result<(), Error> {
-        let runs = rows.chunk_by(|a, b| a.deletion == b.deletion);
+        let runs = rows.chunk_by(|a, b| mixed || a.deletion == b.deletion);
         for part in runs.flat_map(|run| run.chunks(size.max(1))) {
             let source = part[0].source;
             let idx = UInt32Array::from_iter_values(part.iter().map(|a| a.row as u32));
+            let deleted: Vec<bool> = part.iter().map(|a| a.deletion).collect();
             self.feeds.push(Feed {
                 partition: part[0].id,
                 batch: take_record_batch(&batches[source], &idx)?,
-                deletion: part[0].deletion,
+                deleted: match deleted.contains(&true) {
+                    true => deleted,
+                    false => Vec::new(),
+                },
             });
             self.origins
                 .push(part.iter().map(|a| (a.source, a.row)).collect());
@@ -377,16 +382,18 @@ impl Layout {
 }
 
 /// The layouts a query runs with. The first (the reference) feeds each run
-/// of consecutive rows of one partition as one batch, in arrival order;
-/// the others batch the same runs in 1, 2, 3 and 7 rows; with several
-/// partitions (of one source or several), also each partition's rows in
-/// turn (ascending, then descending) and round-robin one row at a time.
+/// of consecutive rows of one partition and kind (upserts, deletions) as
+/// one batch, in arrival order; the others batch the same runs in 1, 2, 3
+/// and 7 rows, upserts and deletions together (as a chunk of a change
+/// stream comes); with several partitions (of one source or several),
+/// also each partition's rows in turn (ascending, then descending) and
+/// round-robin one row at a time.
 fn layouts(batches: &[RecordBatch], arrivals: &[Arrival]) -> Result<Vec<Layout>, Error> {
     let runs: Vec<&[Arrival]> = arrivals.chunk_by(|a, b| a.id == b.id).collect();
     let sliced = |name: String, size: Option<usize>| -> Result<Layout, Error> {
         let mut layout = Layout::new(name);
         for run in &runs {
-            layout.push(batches, run, size.unwrap_or(run.len()))?;
+            layout.push(batches, run, size.unwrap_or(run.len()), size.is_some())?;
         }
         Ok(layout)
     };
@@ -402,12 +409,12 @@ fn layouts(batches: &[RecordBatch], arrivals: &[Arrival]) -> Result<Vec<Layout>,
             |id: u32| -> Vec<Arrival> { arrivals.iter().filter(|a| a.id == id).copied().collect() };
         let mut asc = Layout::new("partitions in turn, ascending");
         for &id in &ids {
-            asc.push(batches, &of(id), 2)?;
+            asc.push(batches, &of(id), 2, true)?;
         }
         out.push(asc);
         let mut desc = Layout::new("partitions in turn, descending");
         for &id in ids.iter().rev() {
-            desc.push(batches, &of(id), 3)?;
+            desc.push(batches, &of(id), 3, true)?;
         }
         out.push(desc);
         let mut queues: Vec<std::collections::VecDeque<Arrival>> =
@@ -416,7 +423,7 @@ fn layouts(batches: &[RecordBatch], arrivals: &[Arrival]) -> Result<Vec<Layout>,
         while queues.iter().any(|q| !q.is_empty()) {
             for q in queues.iter_mut() {
                 if let Some(a) = q.pop_front() {
-                    round_robin.push(batches, &[a], 1)?;
+                    round_robin.push(batches, &[a], 1, true)?;
                 }
             }
         }

@@ -38,8 +38,9 @@ impl std::fmt::Display for Record {
 pub struct Feed {
     pub partition: u32,
     pub batch: RecordBatch,
-    /// The rows are deletions of a versioned table's keys (tombstones).
-    pub deletion: bool,
+    /// Which rows are deletions of a changelog's keys (tombstones); empty
+    /// when none is.
+    pub deleted: Vec<bool>,
 }
 
 /// Splits `batch` into feeds of `size` rows for partition `partition`.
@@ -50,7 +51,7 @@ pub fn chunks(batch: &RecordBatch, partition: u32, size: usize) -> Vec<Feed> {
         .map(|start| Feed {
             partition,
             batch: batch.slice(start, size.min(batch.num_rows() - start)),
-            deletion: false,
+            deleted: Vec::new(),
         })
         .collect()
 }
@@ -194,10 +195,10 @@ pub fn run_full(
         Ok(())
     };
     for (i, feed) in feeds.iter().enumerate() {
-        if feed.deletion {
-            query.process_deletions(feed.partition, &feed.batch, &mut out)?;
-        } else {
+        if feed.deleted.is_empty() {
             query.process(feed.partition, &feed.batch, &mut out)?;
+        } else {
+            query.process_changes(feed.partition, &feed.batch, &feed.deleted, &mut out)?;
         }
         rejects.extend(out.rejects.drain(..).map(|r| (i, r)));
         drain(&mut out, &mut records)?;

@@ -97,7 +97,7 @@ fn final_rows(changes: &[Change]) -> RecordBatch {
 }
 
 /// The changes as feeds: partition `id % parts`, random sizes, upserts and
-/// deletions in separate feeds, partitions interleaved at random.
+/// deletions in separate feeds or mixed, partitions interleaved at random.
 fn feeds(rng: &mut Rng, changes: &[Change], parts: u32) -> Vec<Feed> {
     let mut per: Vec<Vec<Feed>> = (0..parts)
         .map(|p| {
@@ -109,16 +109,26 @@ fn feeds(rng: &mut Rng, changes: &[Change], parts: u32) -> Vec<Feed> {
             let mut at = 0;
             while at < mine.len() {
                 let deletion = mine[at].row.is_none();
+                // Half the feeds hold one kind, half mix them (a chunk of
+                // a change stream).
+                let mixed = rng.below(2) == 0;
                 let mut end = at;
                 let cap = at + 1 + rng.below(40) as usize;
-                while end < mine.len() && end < cap && mine[end].row.is_none() == deletion {
+                while end < mine.len()
+                    && end < cap
+                    && (mixed || mine[end].row.is_none() == deletion)
+                {
                     end += 1;
                 }
                 let lines: Vec<&str> = mine[at..end].iter().map(|c| c.json.as_str()).collect();
+                let deleted: Vec<bool> = mine[at..end].iter().map(|c| c.row.is_none()).collect();
                 feeds.push(Feed {
                     partition: partition_id(0, p),
                     batch: decode(&lines),
-                    deletion,
+                    deleted: match deleted.contains(&true) {
+                        true => deleted,
+                        false => Vec::new(),
+                    },
                 });
                 at = end;
             }
@@ -303,10 +313,10 @@ fn a_changelog_is_the_versioned_side_of_a_temporal_join() {
         plan.source_index("merchants").unwrap(),
         plan.source_index("orders").unwrap(),
     );
-    let feed = |source, deletion, b| Feed {
+    let feed = |source, deletion: bool, b: RecordBatch| Feed {
         partition: partition_id(source, 0),
+        deleted: vec![deletion; if deletion { b.num_rows() } else { 0 }],
         batch: b,
-        deletion,
     };
     let feeds = vec![
         feed(

@@ -7,6 +7,7 @@
 //! Their state grows with the distinct values of each group.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -143,8 +144,59 @@ impl<T: ArrowPrimitiveType> StreamAccumulator for RetractSumInt<T> {
 pub struct CountedExtreme {
     is_max: bool,
     rows: RowConverter,
-    groups: Vec<BTreeMap<Box<[u8]>, i64>>,
+    groups: Vec<BTreeMap<RowKey, i64>>,
     bytes: usize,
+}
+
+/// A value in Arrow's row format, held inline when it is short (every
+/// fixed-width type, short text): a B-tree search then compares bytes in
+/// its nodes, two words at a time, instead of chasing a pointer per step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RowKey {
+    /// The bytes, zero-padded, and their length.
+    Inline([u8; 16], u8),
+    Heap(Box<[u8]>),
+}
+
+impl RowKey {
+    fn new(value: &[u8]) -> Self {
+        match value.len() {
+            n @ 0..=16 => {
+                let mut bytes = [0; 16];
+                bytes[..n].copy_from_slice(value);
+                RowKey::Inline(bytes, n as u8)
+            }
+            _ => RowKey::Heap(value.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RowKey::Inline(bytes, n) => &bytes[..*n as usize],
+            RowKey::Heap(v) => v,
+        }
+    }
+}
+
+impl Ord for RowKey {
+    /// The bytes' order. Zero padding keeps it: where two padded values
+    /// first differ, either both hold real bytes there, or the shorter one
+    /// has ended (so it is a prefix, and smaller); equal padded values
+    /// order by length.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (RowKey::Inline(a, m), RowKey::Inline(b, n)) => u128::from_be_bytes(*a)
+                .cmp(&u128::from_be_bytes(*b))
+                .then(m.cmp(n)),
+            _ => self.as_slice().cmp(other.as_slice()),
+        }
+    }
+}
+
+impl PartialOrd for RowKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl CountedExtreme {
@@ -170,16 +222,16 @@ impl CountedExtreme {
 
     fn add(&mut self, g: usize, value: &[u8], n: i64) {
         let map = &mut self.groups[g];
-        match map.get_mut(value) {
-            Some(c) => {
-                *c += n;
-                if *c == 0 {
-                    map.remove(value);
+        match map.entry(RowKey::new(value)) {
+            Entry::Occupied(mut c) => {
+                *c.get_mut() += n;
+                if *c.get() == 0 {
+                    c.remove();
                     self.bytes = self.bytes.saturating_sub(value.len() + 48);
                 }
             }
-            None => {
-                map.insert(value.into(), n);
+            Entry::Vacant(v) => {
+                v.insert(n);
                 self.bytes += value.len() + 48;
             }
         }
@@ -207,7 +259,10 @@ impl CountedExtreme {
     /// The extreme of group `g`: the first or last value held by a row.
     fn extreme(&self, g: usize) -> Option<&[u8]> {
         let map = self.groups.get(g)?;
-        let mut held = map.iter().filter(|(_, c)| **c > 0).map(|(v, _)| v.as_ref());
+        let mut held = map
+            .iter()
+            .filter(|(_, c)| **c > 0)
+            .map(|(v, _)| v.as_slice());
         if self.is_max {
             held.next_back()
         } else {
@@ -259,6 +314,7 @@ impl StreamAccumulator for CountedExtreme {
             .map(|&g| {
                 buf.clear();
                 for (v, c) in self.groups.get(g).into_iter().flatten() {
+                    let v = v.as_slice();
                     buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
                     buf.extend_from_slice(v);
                     buf.extend_from_slice(&c.to_le_bytes());
@@ -296,7 +352,7 @@ impl StreamAccumulator for CountedExtreme {
     fn reset(&mut self, groups: &[usize]) -> Result<()> {
         for &g in groups {
             if let Some(map) = self.groups.get_mut(g) {
-                let freed: usize = map.keys().map(|v| v.len() + 48).sum();
+                let freed: usize = map.keys().map(|v| v.as_slice().len() + 48).sum();
                 self.bytes = self.bytes.saturating_sub(freed);
                 map.clear();
             }
@@ -304,7 +360,7 @@ impl StreamAccumulator for CountedExtreme {
         Ok(())
     }
     fn size(&self) -> usize {
-        self.groups.capacity() * std::mem::size_of::<BTreeMap<Box<[u8]>, i64>>() + self.bytes
+        self.groups.capacity() * std::mem::size_of::<BTreeMap<RowKey, i64>>() + self.bytes
     }
 }
 
@@ -312,6 +368,31 @@ impl StreamAccumulator for CountedExtreme {
 mod tests {
     use super::*;
     use arrow::array::StringArray;
+
+    #[test]
+    fn row_keys_order_as_their_bytes() {
+        // Short and long values, with zero bytes where padding would be.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut values: Vec<Vec<u8>> = (0..2000)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let len = (state % 24) as usize;
+                (0..len)
+                    .map(|i| [0, 1, 255][(state >> (i * 2)) as usize % 3])
+                    .collect()
+            })
+            .collect();
+        values.extend([vec![], vec![0], vec![0; 16], vec![0; 17], vec![1, 0]]);
+        for a in &values {
+            for b in values.iter().step_by(7) {
+                let (x, y) = (RowKey::new(a), RowKey::new(b));
+                assert_eq!(x.cmp(&y), a.cmp(b), "{a:?} {b:?}");
+                assert_eq!(x == y, a == b);
+            }
+        }
+    }
 
     #[test]
     fn min_and_max_come_back_when_their_extreme_is_taken_out() {

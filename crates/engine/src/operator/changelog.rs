@@ -13,7 +13,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, take_record_batch};
+use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
@@ -69,17 +69,28 @@ impl TableRows {
         &self.signed
     }
 
-    /// Applies upserts (`deletion` false) or deletions of their keys, in
-    /// order: the rows put in (the upserts themselves) then the rows taken
+    /// Applies changes in order: each row is an upsert, or a deletion of
+    /// its key where `deleted` says so (`deleted` empty: all upserts).
+    /// Returns the rows put in (the upserts themselves) then the rows taken
     /// out, each marked in [`RETRACT_COLUMN`] and carrying the time and
     /// stamp of the change that moved it.
-    pub fn apply(&mut self, input: StampedBatch, deletion: bool) -> Result<StampedBatch> {
-        let old_of = self.replace(&input.batch, deletion)?;
-        // Upserts put their own rows in; deletions only take rows out.
-        let put_in = !deletion;
+    pub fn apply(&mut self, input: StampedBatch, deleted: &[bool]) -> Result<StampedBatch> {
+        let old_of = self.replace(&input.batch, deleted)?;
+        let is_put = |i: usize| !deleted.get(i).copied().unwrap_or(false);
+        let all_put = !deleted.contains(&true);
         let mut parts = Vec::with_capacity(2);
-        if put_in {
-            parts.push(self.signed_part(input.batch.columns().to_vec(), false)?);
+        // Upserts put their own rows in; deletions only take rows out.
+        let put_in = match all_put {
+            true => input.batch.clone(),
+            false => {
+                let mask: BooleanArray = (0..input.batch.num_rows())
+                    .map(|i| Some(is_put(i)))
+                    .collect();
+                filter_record_batch(&input.batch, &mask)?
+            }
+        };
+        if put_in.num_rows() > 0 {
+            parts.push(self.signed_part(put_in.columns().to_vec(), false)?);
         }
         if !old_of.is_empty() {
             let parser = self.rows.parser();
@@ -92,19 +103,28 @@ impl TableRows {
             parts.push(self.signed_part(columns, true)?);
         }
         let pick = |v: &[i64]| -> Vec<i64> {
-            let mut out = if put_in { v.to_vec() } else { Vec::new() };
+            let mut out: Vec<i64> = match all_put {
+                true => v.to_vec(),
+                false => (0..v.len()).filter(|&i| is_put(i)).map(|i| v[i]).collect(),
+            };
             out.extend(old_of.iter().map(|&i| v[i]));
             out
         };
-        let mut origin = if put_in {
-            input.origin.clone()
-        } else {
-            Vec::new()
+        let mut origin: Vec<u32> = match all_put {
+            true => input.origin.clone(),
+            false => (0..input.origin.len())
+                .filter(|&i| is_put(i))
+                .map(|i| input.origin[i])
+                .collect(),
         };
         origin.extend(old_of.iter().map(|&i| input.origin[i]));
+        let batch = match parts.len() {
+            1 => parts.pop().expect("one part"),
+            _ => concat_batches(&self.signed, &parts)?,
+        };
         Ok(StampedBatch {
             partition: input.partition,
-            batch: concat_batches(&self.signed, &parts)?,
+            batch,
             times: pick(&input.times),
             stamps: pick(&input.stamps),
             origin,
@@ -112,16 +132,16 @@ impl TableRows {
     }
 
     /// Puts the rows of `batch` in as their keys' current rows (removes
-    /// the keys when `deletion`), keeping the rows they replace in
-    /// `self.old`; returns the index of each change that replaced one.
-    fn replace(&mut self, batch: &RecordBatch, deletion: bool) -> Result<Vec<usize>> {
+    /// the keys of the rows `deleted` marks), keeping the rows they replace
+    /// in `self.old`; returns the index of each change that replaced one.
+    fn replace(&mut self, batch: &RecordBatch, deleted: &[bool]) -> Result<Vec<usize>> {
         let key_columns: Vec<ArrayRef> = self
             .key
             .iter()
             .map(|&i| Arc::clone(batch.column(i)))
             .collect();
         let keys = self.keys.convert_columns(&key_columns)?;
-        let rows = match deletion {
+        let rows = match deleted.iter().all(|&d| d) && !deleted.is_empty() {
             false => Some(self.rows.convert_columns(batch.columns())?),
             true => None,
         };
@@ -131,8 +151,8 @@ impl TableRows {
         for i in 0..batch.num_rows() {
             let key = keys.row(i);
             let key = key.as_ref();
-            let replaced = match &rows {
-                Some(rows) => {
+            let replaced = match (&rows, deleted.get(i).copied().unwrap_or(false)) {
+                (Some(rows), false) => {
                     let new = rows.row(i);
                     let new = new.as_ref();
                     match self.current.get_mut(key) {
@@ -150,7 +170,7 @@ impl TableRows {
                         }
                     }
                 }
-                None => match self.current.remove(key) {
+                _ => match self.current.remove(key) {
                     Some(old) => {
                         self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 64);
                         self.old.extend_from_slice(&old);
@@ -192,7 +212,7 @@ impl TableRows {
     /// Puts the rows of a [`Self::snapshot`] back.
     pub fn restore(&mut self, batch: &RecordBatch) -> Result<()> {
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), batch.columns().to_vec())?;
-        self.replace(&batch, false)?;
+        self.replace(&batch, &[])?;
         Ok(())
     }
 

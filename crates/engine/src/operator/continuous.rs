@@ -228,13 +228,14 @@ impl ContinuousOperator {
         self.state.update(&keys, batch.num_rows(), &inputs, times)
     }
 
-    /// Over a changelog: turns upserts (or deletions) into the rows they
-    /// put in and take out, keeps those `WHERE` passes, and queues them.
-    fn apply_changes(&mut self, input: StampedBatch, deletion: bool) -> Result<()> {
+    /// Over a changelog: turns upserts and deletions (where `deleted` says)
+    /// into the rows they put in and take out, keeps those `WHERE` passes,
+    /// and queues them.
+    fn apply_changes(&mut self, input: StampedBatch, deleted: &[bool]) -> Result<()> {
         let (table, filter) = self.changelog.as_mut().ok_or_else(|| {
             crate::error::EngineError::internal("changes for an append-only input")
         })?;
-        let mut signed = table.apply(input, deletion)?;
+        let mut signed = table.apply(input, deleted)?;
         if let Some(f) = filter {
             let keep = eval_predicate(f.as_ref(), &signed.batch)?;
             if keep.true_count() < keep.len() {
@@ -296,7 +297,7 @@ impl ContinuousOperator {
 impl Operator for ContinuousOperator {
     fn process_batch(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
         if self.changelog.is_some() {
-            return self.apply_changes(input, false);
+            return self.apply_changes(input, &[]);
         }
         self.pending.push_runs(
             input.partition,
@@ -308,8 +309,13 @@ impl Operator for ContinuousOperator {
         Ok(())
     }
 
-    fn process_deletions(&mut self, input: StampedBatch, _out: &mut Output) -> Result<()> {
-        self.apply_changes(input, true)
+    fn process_changes(
+        &mut self,
+        input: StampedBatch,
+        deleted: &[bool],
+        _out: &mut Output,
+    ) -> Result<()> {
+        self.apply_changes(input, deleted)
     }
 
     fn handle_watermark(&mut self, watermark: i64, out: &mut Output) -> Result<()> {

@@ -195,9 +195,16 @@ impl OperatorSnapshot {
 pub trait Operator: Send {
     /// Folds a batch in. Emits only rejects; results wait for the watermark.
     fn process_batch(&mut self, input: StampedBatch, out: &mut Output) -> Result<()>;
-    /// Takes in deletions of a changelog source's keys (rows holding the
-    /// key). Only operators planned over a changelog take them.
-    fn process_deletions(&mut self, _input: StampedBatch, _out: &mut Output) -> Result<()> {
+    /// Takes in a changelog source's changes, in order: each row is an
+    /// upsert, or where `deleted` says so a deletion of its key (a row
+    /// holding at least the key). Only operators planned over a changelog
+    /// take them.
+    fn process_changes(
+        &mut self,
+        _input: StampedBatch,
+        _deleted: &[bool],
+        _out: &mut Output,
+    ) -> Result<()> {
         Err(crate::error::EngineError::internal(
             "deletions for an operator that does not read a changelog",
         ))
