@@ -25,6 +25,9 @@ import sys
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testing", "registry"))
+from connect_converters import avro_converters  # noqa: E402
+
 # The result's key. Not given to the sink: its iceberg.tables.default-id-columns only matters for
 # upsert/CDC writes, which the Apache sink (1.11.0) lacks, and its auto-create ignores it (the
 # table gets no identifier fields).
@@ -38,17 +41,7 @@ def converters(fmt, ccompat):
     if fmt == "json-connect":
         return {f"{s}.converter": "org.apache.kafka.connect.json.JsonConverter" for s in ("key", "value")} | \
                {f"{s}.converter.schemas.enable": "true" for s in ("key", "value")}
-    conf = {}
-    for side in ("key", "value"):
-        p = f"{side}.converter"
-        conf |= {p: "io.apicurio.registry.utils.converter.AvroConverter",
-                 f"{p}.apicurio.registry.url": ccompat.replace("/apis/ccompat/v7", "/apis/registry/v2"),
-                 f"{p}.apicurio.registry.auto-register": "true",
-                 f"{p}.apicurio.registry.find-latest": "true",
-                 f"{p}.apicurio.registry.as-confluent": "true",
-                 f"{p}.apicurio.registry.use-id": "contentId",
-                 f"{p}.apicurio.registry.headers.enabled": "false"}
-    return conf
+    return avro_converters(ccompat)
 
 
 def config(fmt, topic, table, warehouse, ccompat, run):

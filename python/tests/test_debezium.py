@@ -24,9 +24,14 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing" / "registry"))
+from connect_converters import avro_converters  # noqa: E402
 
 BIN = os.environ.get("UBIK_BIN", "ubik")
 TIMEOUT = 90
@@ -105,21 +110,6 @@ def ubik_run(sql, source, schema=None):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return fold(p.stdout)
-
-
-def avro_converters(registry):
-    """Apicurio's AvroConverter for keys and values, in Confluent's wire format."""
-    api = registry.replace("/apis/ccompat/v7", "/apis/registry/v2")
-    conf = {}
-    for side in ("key.converter", "value.converter"):
-        conf |= {side: "io.apicurio.registry.utils.converter.AvroConverter",
-                 f"{side}.apicurio.registry.url": api,
-                 f"{side}.apicurio.registry.auto-register": "true",
-                 f"{side}.apicurio.registry.find-latest": "true",
-                 f"{side}.apicurio.registry.as-confluent": "true",
-                 f"{side}.apicurio.registry.use-id": "contentId",
-                 f"{side}.apicurio.registry.headers.enabled": "false"}
-    return conf
 
 
 def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, registry, debezium):

@@ -28,6 +28,9 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "registry"))
+from connect_converters import avro_converters  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = uuid.uuid4().hex[:8]
 TIMEOUT = 60.0
@@ -83,19 +86,7 @@ def converters(kind):
         schemas = "true" if kind == "json-schemas" else "false"
         return {f"{side}.converter": "org.apache.kafka.connect.json.JsonConverter" for side in ("key", "value")} | \
                {f"{side}.converter.schemas.enable": schemas for side in ("key", "value")}
-    conf = {}
-    for side in ("key", "value"):
-        p = f"{side}.converter"
-        conf |= {p: "io.apicurio.registry.utils.converter.AvroConverter",
-                 f"{p}.apicurio.registry.url": CCOMPAT.replace("/apis/ccompat/v7", "/apis/registry/v2"),
-                 f"{p}.apicurio.registry.auto-register": "true",
-                 f"{p}.apicurio.registry.find-latest": "true",
-                 # Confluent wire format: magic 0 + 4-byte id in the payload, not in headers;
-                 # the id that the ccompat API serves (/schemas/ids/ID) is the contentId.
-                 f"{p}.apicurio.registry.as-confluent": "true",
-                 f"{p}.apicurio.registry.use-id": "contentId",
-                 f"{p}.apicurio.registry.headers.enabled": "false"}
-    return conf
+    return avro_converters(CCOMPAT)
 
 
 class Decoder:
