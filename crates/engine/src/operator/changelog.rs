@@ -73,21 +73,16 @@ impl TableRows {
     /// its key where `deleted` says so (`deleted` empty: all upserts).
     /// Returns the rows put in (the upserts themselves) then the rows taken
     /// out, each marked in [`RETRACT_COLUMN`] and carrying the time and
-    /// stamp of the change that moved it.
+    /// stamp of the change that moved it. An upsert of the row its key
+    /// holds already (a change to columns the query does not read, or an
+    /// event delivered again) moves nothing.
     pub fn apply(&mut self, input: StampedBatch, deleted: &[bool]) -> Result<StampedBatch> {
-        let old_of = self.replace(&input.batch, deleted)?;
-        let is_put = |i: usize| !deleted.get(i).copied().unwrap_or(false);
-        let all_put = !deleted.contains(&true);
+        let (old_of, put) = self.replace(&input.batch, deleted)?;
+        let all_put = put.iter().all(|&p| p);
         let mut parts = Vec::with_capacity(2);
-        // Upserts put their own rows in; deletions only take rows out.
         let put_in = match all_put {
             true => input.batch.clone(),
-            false => {
-                let mask: BooleanArray = (0..input.batch.num_rows())
-                    .map(|i| Some(is_put(i)))
-                    .collect();
-                filter_record_batch(&input.batch, &mask)?
-            }
+            false => filter_record_batch(&input.batch, &BooleanArray::from(put.clone()))?,
         };
         if put_in.num_rows() > 0 {
             parts.push(self.signed_part(put_in.columns().to_vec(), false)?);
@@ -105,7 +100,7 @@ impl TableRows {
         let pick = |v: &[i64]| -> Vec<i64> {
             let mut out: Vec<i64> = match all_put {
                 true => v.to_vec(),
-                false => (0..v.len()).filter(|&i| is_put(i)).map(|i| v[i]).collect(),
+                false => (0..v.len()).filter(|&i| put[i]).map(|i| v[i]).collect(),
             };
             out.extend(old_of.iter().map(|&i| v[i]));
             out
@@ -113,7 +108,7 @@ impl TableRows {
         let mut origin: Vec<u32> = match all_put {
             true => input.origin.clone(),
             false => (0..input.origin.len())
-                .filter(|&i| is_put(i))
+                .filter(|&i| put[i])
                 .map(|i| input.origin[i])
                 .collect(),
         };
@@ -133,8 +128,14 @@ impl TableRows {
 
     /// Puts the rows of `batch` in as their keys' current rows (removes
     /// the keys of the rows `deleted` marks), keeping the rows they replace
-    /// in `self.old`; returns the index of each change that replaced one.
-    fn replace(&mut self, batch: &RecordBatch, deleted: &[bool]) -> Result<Vec<usize>> {
+    /// in `self.old`; returns the index of each change that replaced one,
+    /// and for each row whether it is put in (an upsert that changes its
+    /// key's row).
+    fn replace(
+        &mut self,
+        batch: &RecordBatch,
+        deleted: &[bool],
+    ) -> Result<(Vec<usize>, Vec<bool>)> {
         let key_columns: Vec<ArrayRef> = self
             .key
             .iter()
@@ -148,7 +149,8 @@ impl TableRows {
         self.old.clear();
         self.old_ends.clear();
         let mut old_of: Vec<usize> = Vec::new();
-        for i in 0..batch.num_rows() {
+        let mut put = vec![true; batch.num_rows()];
+        for (i, put) in put.iter_mut().enumerate() {
             let key = keys.row(i);
             let key = key.as_ref();
             let replaced = match (&rows, deleted.get(i).copied().unwrap_or(false)) {
@@ -156,6 +158,10 @@ impl TableRows {
                     let new = rows.row(i);
                     let new = new.as_ref();
                     match self.current.get_mut(key) {
+                        Some(slot) if slot.as_slice() == new => {
+                            *put = false;
+                            false
+                        }
                         Some(slot) => {
                             self.old.extend_from_slice(slot);
                             self.bytes = (self.bytes + new.len()).saturating_sub(slot.len());
@@ -170,21 +176,24 @@ impl TableRows {
                         }
                     }
                 }
-                _ => match self.current.remove(key) {
-                    Some(old) => {
-                        self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 64);
-                        self.old.extend_from_slice(&old);
-                        true
+                _ => {
+                    *put = false;
+                    match self.current.remove(key) {
+                        Some(old) => {
+                            self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 64);
+                            self.old.extend_from_slice(&old);
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
-                },
+                }
             };
             if replaced {
                 self.old_ends.push(self.old.len());
                 old_of.push(i);
             }
         }
-        Ok(old_of)
+        Ok((old_of, put))
     }
 
     fn signed_part(&self, mut columns: Vec<ArrayRef>, retract: bool) -> Result<RecordBatch> {
