@@ -187,7 +187,8 @@ fn bracketed(b: &[u8], i: usize) -> Step {
                 }
             }
             b'"' => loop {
-                j += 1 + memchr::memchr2(b'"', b'\\', &b[j + 1..]).ok_or(GiveUp)?;
+                let rest = b.get(j + 1..).ok_or(GiveUp)?;
+                j += 1 + memchr::memchr2(b'"', b'\\', rest).ok_or(GiveUp)?;
                 match b[j] {
                     b'"' => break,
                     _ => j += 1,
@@ -229,6 +230,17 @@ mod tests {
         r#" { "op" : "u" , "before" : { "id" : [1, 2.5e3, -0] } , "after" : {"id":"x\"y\u00e9"}, "source" : null } "#,
         r#"{"op":"r","after":{"a":{"b":{"c":[true,false,null]}}},"ts_ms":-12,"extra":[{},[]]}"#,
     ];
+
+    #[test]
+    fn a_row_cut_after_a_backslash_is_given_up_on() {
+        for event in [
+            r#"{"after":{"a":"\"#,
+            r#"{"after":{"a":"x\"#,
+            r#"{"after":["\"#,
+        ] {
+            assert_eq!(skim(event.as_bytes()), None, "{event}");
+        }
+    }
 
     #[test]
     fn the_common_form_is_skimmed() {
