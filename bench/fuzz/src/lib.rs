@@ -521,3 +521,19 @@ pub fn damage() -> impl Strategy<Value = Damage> {
         1 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Damage::Random),
     ]
 }
+
+/// A chunk of Kafka records at offsets 0.., with `tombstones` among them
+/// and no record times (`-1`): what a Debezium fuzz target unwraps.
+pub fn events_chunk(records: &[Vec<u8>], tombstones: Vec<u32>) -> ubik_connector::Chunk {
+    let n = records.len();
+    ubik_connector::Chunk {
+        partition: 0,
+        payload: ubik_connector::Payload::from_records(records),
+        positions: (0..n as u64).collect(),
+        position_name: "offset",
+        meta: ubik_connector::RecordMeta {
+            timestamps: vec![-1; n],
+            deletions: tombstones,
+        },
+    }
+}

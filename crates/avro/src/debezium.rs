@@ -27,9 +27,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, StructArray};
 use arrow::compute::interleave;
 use arrow::datatypes::{DataType, Field, Fields, Int64Type, Schema, SchemaRef, TimeUnit};
-use ubik_connector::{Chunk, PRIMARY_KEY_METADATA, Payload, RECORD_TIMESTAMP_METADATA, RecordMeta};
+use ubik_connector::{Chunk, PRIMARY_KEY_METADATA, Payload, RECORD_TIMESTAMP_METADATA};
 use ubik_format::RecordDecoder;
-use ubik_format::debezium::{ChangeEvents, Rejects, Unwrapped, applies_as_deletion};
+use ubik_format::debezium::{ChangeEvents, KeptRows, Rejects, Unwrapped, applies_as_deletion};
 
 use crate::decode::AvroDecoder;
 use crate::error::{AvroError, Result};
@@ -332,32 +332,14 @@ impl DebeziumAvro {
 
 impl ChangeEvents for DebeziumAvro {
     fn unwrap(&mut self, chunk: Chunk) -> ubik_format::Result<Unwrapped> {
-        let Chunk {
-            partition,
-            payload,
-            positions,
-            position_name,
-            meta,
-        } = chunk;
-        let mut rejects = Rejects::new(partition, position_name);
-        let Payload::Bytes { data, spans } = payload else {
-            // Rows handed over as Arrow are rows already.
-            let rows = Chunk {
-                partition,
-                payload,
-                positions,
-                position_name,
-                meta,
-            };
-            return Ok(Unwrapped {
-                rows,
-                rejected: rejects.chunk,
-                bad: rejects.bad,
-            });
+        let Payload::Bytes { data, spans } = &chunk.payload else {
+            return Ok(Unwrapped::decoded(chunk));
         };
+        let (positions, meta) = (&chunk.positions, &chunk.meta);
+        let mut rejects = Rejects::new(chunk.partition, chunk.position_name);
         // Tombstones (after deletes, for compaction) are dropped: their delete came first.
-        let mut events: Vec<usize> = (0..spans.len()).collect();
-        events.retain(|i| meta.deletions.binary_search(&(*i as u32)).is_err());
+        let tombstone = meta.deletion_mask(spans.len());
+        let events: Vec<usize> = (0..spans.len()).filter(|&i| !tombstone[i]).collect();
         let records: Vec<&[u8]> = events.iter().map(|&i| &data[spans[i].clone()]).collect();
         let decoded = self.envelope.decode(&records)?;
         let mut refused: Vec<(usize, String)> = decoded
@@ -382,29 +364,24 @@ impl ChangeEvents for DebeziumAvro {
         };
         let times = self.times(&batch);
         let mut picks = Vec::with_capacity(batch.num_rows());
-        let mut out = RecordMeta::default();
-        let mut kept_positions = Vec::with_capacity(batch.num_rows());
+        let mut kept = KeptRows::default();
         for r in 0..batch.num_rows() {
             let i = events[record_of(r)];
             let op = if op.is_valid(r) { op.value(r) } else { "" };
             match applies_as_deletion(op, before.is_valid(r), after.is_valid(r)) {
                 Ok(deletion) => {
-                    if deletion {
-                        out.deletions.push(picks.len() as u32);
-                    }
                     picks.push((usize::from(deletion), r));
-                    if let Some(t) = times[r].or_else(|| meta.timestamps.get(i).copied()) {
-                        out.timestamps.push(t);
-                    }
-                    kept_positions.push(positions.get(i).copied().unwrap_or_default());
+                    let time = times[r].or_else(|| meta.timestamps.get(i).copied());
+                    kept.push(
+                        deletion,
+                        time,
+                        positions.get(i).copied().unwrap_or_default(),
+                    );
                 }
                 Err(reason) => refused.push((i, reason)),
             }
         }
-        // Times are all or nothing, as for JSON events.
-        if out.timestamps.len() != picks.len() {
-            out.timestamps.clear();
-        }
+        let (out, kept_positions) = kept.finish();
         refused.sort_by_key(|(i, _)| *i);
         for (i, reason) in refused {
             rejects.push(
@@ -416,10 +393,10 @@ impl ChangeEvents for DebeziumAvro {
         let rows = self.rows(before, after, &picks)?;
         Ok(Unwrapped {
             rows: Chunk {
-                partition,
+                partition: chunk.partition,
                 payload: Payload::Arrow(rows),
                 positions: kept_positions,
-                position_name,
+                position_name: chunk.position_name,
                 meta: out,
             },
             rejected: rejects.chunk,
@@ -433,6 +410,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use arrow::array::{Int32Array, StringArray};
+    use ubik_connector::RecordMeta;
 
     use super::*;
     use crate::encode::write_long;

@@ -102,10 +102,7 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
         // The chunk's upserts and deletions in one batch, in order, as the
         // pipeline feeds them (deletions' keys through their own decoder).
         let records = rows.payload.records();
-        let mut deleted = vec![false; records.len()];
-        for &d in &rows.meta.deletions {
-            deleted[d as usize] = true;
-        }
+        let deleted = rows.meta.deletion_mask(records.len());
         let decoded = match rows.meta.deletions.is_empty() {
             true => decoder.decode(&records)?,
             false => ubik_format::decoder::decode_mixed(

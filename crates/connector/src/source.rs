@@ -88,6 +88,19 @@ pub struct RecordMeta {
     pub deletions: Vec<u32>,
 }
 
+impl RecordMeta {
+    /// Whether each of `records` records is a deletion (`deletions` as a mask).
+    pub fn deletion_mask(&self, records: usize) -> Vec<bool> {
+        let mut mask = vec![false; records];
+        for &d in &self.deletions {
+            if let Some(x) = mask.get_mut(d as usize) {
+                *x = true;
+            }
+        }
+        mask
+    }
+}
+
 /// What a poll returned.
 #[derive(Debug)]
 pub enum SourceEvent {

@@ -191,82 +191,90 @@ pub struct Unwrapped {
     pub bad: Vec<BadRecord>,
 }
 
+impl Unwrapped {
+    /// A chunk handed over as Arrow: its rows are the table's already.
+    pub fn decoded(chunk: Chunk) -> Self {
+        let rejected = empty(chunk.partition, chunk.position_name);
+        Unwrapped {
+            rows: chunk,
+            rejected,
+            bad: Vec::new(),
+        }
+    }
+}
+
+/// The rows a chunk of events becomes, in order, with each one's deletion
+/// mark, time and position ([`Unwrapped::rows`]' meta and positions).
+#[derive(Debug, Default)]
+pub struct KeptRows {
+    meta: RecordMeta,
+    positions: Vec<u64>,
+}
+
+impl KeptRows {
+    pub fn push(&mut self, deletion: bool, time: Option<i64>, position: u64) {
+        if deletion {
+            self.meta.deletions.push(self.positions.len() as u32);
+        }
+        if let Some(t) = time {
+            self.meta.timestamps.push(t);
+        }
+        self.positions.push(position);
+    }
+
+    /// The rows' meta and positions. Times are all or nothing: a source
+    /// without record times and events without source times give none.
+    pub fn finish(mut self) -> (RecordMeta, Vec<u64>) {
+        if self.meta.timestamps.len() != self.positions.len() {
+            self.meta.timestamps.clear();
+        }
+        (self.meta, self.positions)
+    }
+}
+
 /// Unwraps a chunk of Debezium JSON events (see the module doc).
 /// Tombstones are dropped.
 pub fn unwrap(chunk: Chunk) -> Unwrapped {
-    let Chunk {
-        partition,
-        payload,
-        positions,
-        position_name,
-        meta,
-    } = chunk;
-    let Payload::Bytes { data, spans } = payload else {
-        // Rows handed over as Arrow are rows already.
-        let rows = Chunk {
-            partition,
-            payload,
-            positions,
-            position_name,
-            meta,
-        };
-        return Unwrapped {
-            rejected: empty(partition, position_name),
-            rows,
-            bad: Vec::new(),
-        };
+    let Payload::Bytes { data, spans } = &chunk.payload else {
+        return Unwrapped::decoded(chunk);
     };
-    let n = spans.len();
-    let mut tombstone = vec![false; n];
-    for &d in &meta.deletions {
-        if let Some(t) = tombstone.get_mut(d as usize) {
-            *t = true;
-        }
-    }
-    let mut out = RecordMeta::default();
-    let (mut rows, mut kept_positions) = (Vec::with_capacity(n), Vec::new());
-    let mut rejects = Rejects::new(partition, position_name);
+    let tombstone = chunk.meta.deletion_mask(spans.len());
+    let mut kept = KeptRows::default();
+    let mut rows = Vec::with_capacity(spans.len());
+    let mut rejects = Rejects::new(chunk.partition, chunk.position_name);
     for (i, record_span) in spans.iter().enumerate() {
         if tombstone[i] {
             continue;
         }
+        let position = chunk.positions.get(i).copied().unwrap_or_default();
         match read_event(&data[record_span.clone()]) {
             Ok((change, time)) => {
                 let (range, deletion) = match change {
                     Change::Upsert(r) => (r, false),
                     Change::Delete(r) => (r, true),
                 };
-                if deletion {
-                    out.deletions.push(rows.len() as u32);
-                }
-                let fallback = meta.timestamps.get(i).copied();
-                if let Some(t) = time.or(fallback) {
-                    out.timestamps.push(t);
-                }
+                kept.push(
+                    deletion,
+                    time.or(chunk.meta.timestamps.get(i).copied()),
+                    position,
+                );
                 rows.push(record_span.start + range.start..record_span.start + range.end);
-                kept_positions.push(positions.get(i).copied().unwrap_or_default());
             }
-            Err(reason) => rejects.push(
-                &data[record_span.clone()],
-                positions.get(i).copied().unwrap_or_default(),
-                reason,
-            ),
+            Err(reason) => rejects.push(&data[record_span.clone()], position, reason),
         }
     }
-    // Times are all or nothing: a source without record times and events
-    // without source times give none.
-    if out.timestamps.len() != rows.len() {
-        out.timestamps.clear();
-    }
-    let rows = Chunk {
-        partition,
-        payload: Payload::Bytes { data, spans: rows },
-        positions: kept_positions,
-        position_name,
-        meta: out,
+    let (meta, positions) = kept.finish();
+    let Payload::Bytes { data, .. } = chunk.payload else {
+        unreachable!("matched above")
     };
     Unwrapped {
-        rows,
+        rows: Chunk {
+            partition: chunk.partition,
+            payload: Payload::Bytes { data, spans: rows },
+            positions,
+            position_name: chunk.position_name,
+            meta,
+        },
         rejected: rejects.chunk,
         bad: rejects.bad,
     }

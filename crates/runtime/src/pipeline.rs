@@ -883,15 +883,10 @@ impl Pipeline {
         let n = chunk.payload.len() as u64;
         self.stats.records_in += n;
         self.last_data.insert(p, Instant::now());
-        let mut deleted = match chunk.meta.deletions.is_empty() {
+        let deleted = match chunk.meta.deletions.is_empty() {
             true => Vec::new(),
-            false => vec![false; chunk.payload.len()],
+            false => chunk.meta.deletion_mask(chunk.payload.len()),
         };
-        for &d in &chunk.meta.deletions {
-            if let Some(x) = deleted.get_mut(d as usize) {
-                *x = true;
-            }
-        }
         let (batch, record_of): (RecordBatch, Vec<u32>) = match &chunk.payload {
             Payload::Bytes { data, .. } => {
                 self.stats.bytes_in += data.len() as u64;

@@ -13,10 +13,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ubik_connector::{Chunk, Payload, RecordMeta};
 use ubik_format::debezium::{Unwrapped, unwrap};
 use ubik_format::json::JsonDecoder;
-use ubik_fuzz::{Damage, damage};
+use ubik_fuzz::{Damage, damage, events_chunk};
 
 /// (op, id, name, source time, with schema envelope, tombstone instead)
 type Event = (u8, i64, String, i64, bool, bool);
@@ -71,16 +70,7 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
         wants.push((intact && !e.5).then_some((want, e.3, e.0 == 3)));
     }
     let n = records.len();
-    let chunk = Chunk {
-        partition: 0,
-        payload: Payload::from_records(&records),
-        positions: (0..n as u64).collect(),
-        position_name: "offset",
-        meta: RecordMeta {
-            timestamps: vec![-1; n],
-            deletions: tombstones.clone(),
-        },
-    };
+    let chunk = events_chunk(&records, tombstones.clone());
     let Unwrapped {
         rows,
         rejected,

@@ -17,9 +17,9 @@ use proptest::test_runner::TestCaseError;
 use ubik_avro::AvroDecoder;
 use ubik_avro::debezium::{DebeziumAvro, table_of};
 use ubik_avro::encode::write_long;
-use ubik_connector::{Chunk, Payload, RecordMeta};
+use ubik_connector::Payload;
 use ubik_format::debezium::{ChangeEvents, Unwrapped};
-use ubik_fuzz::{Damage, damage};
+use ubik_fuzz::{Damage, damage, events_chunk};
 
 const ENVELOPE: &str = r#"{"type":"record","name":"Envelope","fields":[
     {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
@@ -95,16 +95,7 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
         wants.push((intact && !e.6).then_some((applies, e.1, e.2.clone(), e.3)));
     }
     let n = records.len();
-    let chunk = Chunk {
-        partition: 0,
-        payload: Payload::from_records(&records),
-        positions: (0..n as u64).collect(),
-        position_name: "offset",
-        meta: RecordMeta {
-            timestamps: vec![-1; n],
-            deletions: tombstones.clone(),
-        },
-    };
+    let chunk = events_chunk(&records, tombstones.clone());
     let fail = |e: &dyn std::fmt::Display| TestCaseError::fail(e.to_string());
     let envelope = AvroDecoder::new(
         ENVELOPE.into(),
