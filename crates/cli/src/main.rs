@@ -241,6 +241,7 @@ fn validate(args: ValidateArgs) -> Result<()> {
         );
     } else {
         println!("{plan}");
+        println!("{}", ubik_runtime::group::describe_stages(&plan));
     }
     Ok(())
 }

@@ -187,9 +187,14 @@ impl Query {
     /// time (or ordinal) and its stamp (its source partition's watermark
     /// just before it) are given, so lateness is judged as the source
     /// partition judged it. The rows passed the first stage's `WHERE`.
+    ///
+    /// `routed` names the join leaf the rows feed and whether they are
+    /// deletions of a versioned table's keys ([`crate::shuffle::Shuffled`]);
+    /// `(0, false)` without a join.
     pub fn process_given(
         &mut self,
         partition: u32,
+        routed: (u8, bool),
         batch: &RecordBatch,
         times: Vec<i64>,
         stamps: Vec<i64>,
@@ -206,28 +211,44 @@ impl Query {
         if n == 0 {
             return Ok(());
         }
+        // A self-join's runs of one batch come one per leaf: the first
+        // run's times and stamps are not its partition's progress until
+        // the others are in, so only progress records advance it.
+        let runs_are_progress = !self
+            .plan
+            .join
+            .as_ref()
+            .is_some_and(crate::shuffle::shares_sources);
         let p = self.progress.partition(partition);
-        if let Some(&t) = times.iter().max() {
+        if let Some(&t) = times.iter().max().filter(|_| runs_are_progress) {
             p.max_time = p.max_time.max(t);
         }
-        if let Some(&w) = stamps.iter().max() {
+        if let Some(&w) = stamps.iter().max().filter(|_| runs_are_progress) {
             p.pushed = p.pushed.max(w);
         }
         p.rows += n as u64;
+        let rows = StampedBatch {
+            partition,
+            batch: batch.clone(),
+            times,
+            stamps,
+            origin: (0..n as u32).collect(),
+        };
+        let (leaf, deletion) = routed;
+        if let Some(join) = self.join.as_mut() {
+            join.arrive_given(leaf, rows, deletion, out)?;
+            return self.fire(out);
+        }
+        if leaf != 0 || deletion {
+            return Err(EngineError::internal(
+                "join rows routed to a query without a join",
+            ));
+        }
         let operator = self
             .operator
             .as_mut()
             .ok_or_else(|| EngineError::internal("a pass-through query has no second stage"))?;
-        operator.process_batch(
-            StampedBatch {
-                partition,
-                batch: batch.clone(),
-                times,
-                stamps,
-                origin: (0..n as u32).collect(),
-            },
-            out,
-        )?;
+        operator.process_batch(rows, out)?;
         self.fire(out)
     }
 
@@ -256,9 +277,11 @@ impl Query {
                 let stamped = self.stamp_stage(partition, batch, !reads_changelog(kind), out)?;
                 if let Some(stamped) = stamped {
                     if let Some(shuffle) = &self.shuffle {
-                        let targets = shuffle.targets(&stamped.batch)?;
+                        let targets = shuffle.targets(0, &stamped.batch)?;
                         out.shuffled.push(crate::shuffle::Shuffled {
                             partition,
+                            leaf: 0,
+                            deletion: false,
                             rows: stamped.origin,
                             times: stamped.times,
                             stamps: stamped.stamps,
@@ -417,7 +440,7 @@ impl Query {
         };
         let rejects_before = out.rejects.len();
         let mut advanced = None;
-        join.arrive(&rows, &mut advanced, out)?;
+        join.arrive(&rows, &mut advanced, self.shuffle.as_ref(), out)?;
         if let Some(p) = advanced {
             *self.progress.partition(partition) = p;
         }
@@ -430,6 +453,9 @@ impl Query {
             } else {
                 out.rejects.remove(i);
             }
+        }
+        if self.shuffle.is_some() {
+            return Ok(());
         }
         self.fire(out)
     }

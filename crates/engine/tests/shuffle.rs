@@ -5,9 +5,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+mod routing;
+
+use routing::{deliver, records};
 use ubik_engine::progress::partition_id;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
 
@@ -82,25 +84,6 @@ fn query(sql: &str, lateness_us: i64) -> Query {
     Query::new(plan_query(sql, &catalog, options).unwrap()).unwrap()
 }
 
-/// Every record as text: key columns and values, deletes and timestamps.
-fn records(out: &Output, into: &mut Vec<String>) {
-    for c in &out.changes {
-        let rows = &c.rows;
-        for i in 0..rows.num_rows() {
-            let cols: Vec<String> = rows
-                .columns()
-                .iter()
-                .map(|a| arrow::util::display::array_value_to_string(a, i).unwrap())
-                .collect();
-            let deleted = c.deletes.as_ref().is_some_and(|d| d.value(i));
-            into.push(format!(
-                "{cols:?} del={deleted} ts={}",
-                c.timestamps.value(i)
-            ));
-        }
-    }
-}
-
 #[test]
 fn a_repartitioned_run_emits_the_records_of_one_query() {
     // Short windows, disorder past the lateness: many late updates.
@@ -171,28 +154,7 @@ fn check(sql: &str, (parts, targets): (usize, u32), shape: (u64, i64, u64), late
                 let batch = &batches[b];
                 let mut routed = Output::default();
                 first[p].process(id, batch, &mut routed).unwrap();
-                for s in routed.shuffled.drain(..) {
-                    for r in 0..targets {
-                        let pick: Vec<usize> =
-                            (0..s.rows.len()).filter(|&j| s.targets[j] == r).collect();
-                        if pick.is_empty() {
-                            continue;
-                        }
-                        let idx = UInt32Array::from_iter_values(pick.iter().map(|&j| s.rows[j]));
-                        let rows = take_record_batch(batch, &idx).unwrap();
-                        out.clear();
-                        second[r as usize]
-                            .process_given(
-                                id,
-                                &rows,
-                                pick.iter().map(|&j| s.times[j]).collect(),
-                                pick.iter().map(|&j| s.stamps[j]).collect(),
-                                &mut out,
-                            )
-                            .unwrap();
-                        records(&out, &mut got);
-                    }
-                }
+                deliver(&mut routed, batch, &mut second, &mut got);
                 if b % every == every - 1 {
                     let lateness = first[p].progress().lateness;
                     let wm = first[p].progress().partitions[&id].watermark(lateness);

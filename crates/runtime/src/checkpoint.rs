@@ -50,9 +50,10 @@ pub struct Manifest {
     /// Records consumed per partition (positions of idle-close decisions).
     pub consumed: std::collections::BTreeMap<u32, u64>,
     /// A second stage: the next source offset expected per source
-    /// partition (rows before it were aggregated: a replay's copies go).
+    /// partition and join leaf (rows before it were taken in: a replay's
+    /// copies go). Keys of leaf 0 are the partition ids, as before joins.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub shuffle_next: std::collections::BTreeMap<u32, u64>,
+    pub shuffle_next: std::collections::BTreeMap<u64, u64>,
     /// Changelog records emitted before this checkpoint.
     pub emitted: u64,
     pub created_ms: i64,

@@ -20,7 +20,7 @@ use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 use crate::checkpoint::{CheckpointStore, fingerprint};
 use crate::dead_letter::StderrDeadLetters;
 use crate::error::{Result, RuntimeError};
-use crate::pipeline::{Pipeline, Stage};
+use crate::pipeline::{Pipeline, Stage, UnreadTable};
 use crate::spec::{DeadLetterSpec, Endpoint, PipelineSpec, SinkSpec, SourceSpec};
 
 /// A source ready to read: its SQL table, schema and decoder.
@@ -252,14 +252,15 @@ fn open_sink(
 /// Opens the pipeline's sources and dead-letter output, plans the query and
 /// resumes from the checkpoint, if any. The sink is the caller's (a host).
 pub fn open_pipeline(spec: PipelineSpec) -> Result<Pipeline> {
-    open_pipeline_replicated(spec, None, Stage::Whole)
+    open_pipeline_replicated(spec, None, (Stage::Whole, Vec::new()))
 }
 
-/// [`open_pipeline`], its checkpoints also saved to `replica`, as `stage`.
+/// [`open_pipeline`], its checkpoints also saved to `replica`, as `stage`
+/// knowing `unread` tables besides its sources.
 fn open_pipeline_replicated(
     spec: PipelineSpec,
     replica: Option<Box<dyn ubik_connector::CheckpointReplica>>,
-    stage: Stage,
+    (stage, unread): (Stage, Vec<UnreadTable>),
 ) -> Result<Pipeline> {
     let PipelineSpec {
         sql,
@@ -288,7 +289,14 @@ fn open_pipeline_replicated(
             }
         }
     };
-    Pipeline::with_store(&sql, opened, &settings, store, dead_letters, stage)
+    Pipeline::with_store(
+        &sql,
+        (opened, unread),
+        &settings,
+        store,
+        dead_letters,
+        stage,
+    )
 }
 
 /// The compacted topic a group's task checkpoints are replicated to.
@@ -301,23 +309,49 @@ pub fn repartition_topic(group: &str) -> String {
     format!("{group}-ubik-repartition")
 }
 
+/// The partitions a consumer group's tasks are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLayout {
+    /// Each input topic's partitions, in the pipeline's source order.
+    pub inputs: Vec<u32>,
+}
+
+impl GroupLayout {
+    /// The repartition topic's: as many as the largest input has.
+    pub fn repartition(&self) -> u32 {
+        self.inputs.iter().copied().max().unwrap_or(1)
+    }
+
+    /// Every task, and so the state topic's partitions: the keyed tasks
+    /// (or whole ones) first, then each input's first stages.
+    pub fn tasks(&self, repartitioned: bool) -> u32 {
+        match repartitioned {
+            true => self.repartition() + self.inputs.iter().sum::<u32>(),
+            false => self.repartition(),
+        }
+    }
+}
+
 /// A task of a consumer group's pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TaskKind {
-    /// The whole query over partition `p` of an input partitioned by its key.
+    /// The whole query over partition `p` of inputs partitioned by its key.
     Whole(u32),
-    /// The first stage over input partition `p`: route rows by key.
-    Shuffle(u32),
+    /// The first stage over partition `p` of input `source` (its index
+    /// among the pipeline's sources): route rows by key.
+    Shuffle(usize, u32),
     /// The query over partition `r` of the repartition topic.
     Keyed(u32),
 }
 
 impl TaskKind {
     /// Its number on the state topic: first stages after the others.
-    fn state_id(self, partitions: u32) -> u32 {
+    fn state_id(self, layout: &GroupLayout) -> u32 {
         match self {
             TaskKind::Whole(p) | TaskKind::Keyed(p) => p,
-            TaskKind::Shuffle(p) => partitions + p,
+            TaskKind::Shuffle(source, p) => {
+                layout.repartition() + layout.inputs[..source].iter().sum::<u32>() + p
+            }
         }
     }
 }
@@ -326,19 +360,44 @@ impl std::fmt::Display for TaskKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TaskKind::Whole(p) => write!(f, "{p}"),
-            TaskKind::Shuffle(p) => write!(f, "shuffle-{p}"),
+            TaskKind::Shuffle(0, p) => write!(f, "shuffle-{p}"),
+            TaskKind::Shuffle(source, p) => write!(f, "shuffle-{source}-{p}"),
             TaskKind::Keyed(p) => write!(f, "keyed-{p}"),
         }
     }
 }
 
+/// A table a staged task plans and decodes but does not read: its
+/// declared schema (a group's repartitioned rows are decoded with it).
+fn unread_table(
+    spec: SourceSpec,
+    sql: &str,
+    settings: &crate::settings::Settings,
+) -> Result<UnreadTable> {
+    let table = table_name(spec.table.as_deref(), Some(&spec.endpoint), sql, "input");
+    let schema = crate::codec::declared_schema(&spec.endpoint, spec.schema)?.ok_or_else(|| {
+        RuntimeError::Config(format!(
+            "a repartitioned group reads its rows back from the repartition topic, so the schema of `{table}` must be declared (--schema {table}=...)"
+        ))
+    })?;
+    let decoder = spec
+        .format
+        .decoder(Arc::clone(&schema), settings.query.resolved_threads())?;
+    Ok(UnreadTable {
+        table,
+        schema,
+        decoder,
+    })
+}
+
 /// Opens a task of a consumer group's pipeline (`spec` is the whole
-/// pipeline's, its input topic having `partitions` partitions): the task's
+/// pipeline's, its inputs having the partitions `layout` says): the task's
 /// partition of its source, its checkpoints replicated to the group's state
 /// topic, and a sink whose transactional id names the task, so that a new
-/// owner fences the old one. A first stage writes to the repartition topic;
-/// a keyed task reads from it.
-pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result<Opened> {
+/// owner fences the old one. A first stage writes to the repartition topic
+/// and knows the query's other tables without reading them; a keyed task
+/// reads the repartition topic and decodes every table's rows.
+pub fn open_task(spec: &PipelineSpec, task: TaskKind, layout: &GroupLayout) -> Result<Opened> {
     let group = spec
         .group
         .clone()
@@ -355,20 +414,15 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result
     let replica = ubik_kafka::StateTopic::open(
         &bootstrap,
         &state_topic(&group.name),
-        (partitions * if repartitioned { 2 } else { 1 }) as i32,
-        task.state_id(partitions),
+        layout.tasks(repartitioned) as i32,
+        task.state_id(layout),
         &spec.kafka,
     )
     .map_err(ConnectorError::from)?;
-    let (p, stage) = match task {
-        TaskKind::Whole(p) => (p, Stage::Whole),
-        TaskKind::Shuffle(p) => (p, Stage::Shuffle { partitions }),
-        TaskKind::Keyed(r) => (
-            r,
-            Stage::Shuffled {
-                upstream: partitions,
-            },
-        ),
+    let (p, read) = match task {
+        TaskKind::Whole(p) => (p, None),
+        TaskKind::Shuffle(source, p) => (p, Some(source)),
+        TaskKind::Keyed(r) => (r, Some(0)),
     };
     let mut task_spec = spec.for_task(p)?;
     task_spec.checkpoint = spec
@@ -381,33 +435,58 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, partitions: u32) -> Result
         .state_dir
         .as_ref()
         .map(|d| d.join(format!("task-{task}")));
+    // A staged task reads one source; it knows the others' tables.
+    let mut unread = Vec::new();
+    if let Some(read) = read {
+        let sources = std::mem::take(&mut task_spec.sources);
+        for (i, source) in sources.into_iter().enumerate() {
+            if i == read {
+                task_spec.sources.push(source);
+            } else {
+                unread.push(unread_table(source, &spec.sql, &task_spec.settings)?);
+            }
+        }
+    }
     let repartition_url = format!("kafka://{bootstrap}/{}", repartition_topic(&group.name));
-    match task {
-        TaskKind::Whole(_) => {}
-        TaskKind::Shuffle(_) => task_spec.sink = SinkSpec::Kafka(repartition_url),
+    let stage = match task {
+        TaskKind::Whole(_) => Stage::Whole,
+        TaskKind::Shuffle(..) => {
+            task_spec.sink = SinkSpec::Kafka(repartition_url);
+            Stage::Shuffle {
+                partitions: layout.repartition(),
+            }
+        }
         TaskKind::Keyed(r) => {
             let source = &mut task_spec.sources[0];
-            if source.schema.is_none() {
-                return Err(RuntimeError::Config(
-                    "a repartitioned group reads its rows back from the repartition topic, so the input schema must be declared (--schema)".into(),
-                ));
-            }
-            source.table = Some(table_name(
+            let table = table_name(
                 source.table.as_deref(),
                 Some(&source.endpoint),
                 &spec.sql,
                 "input",
-            ));
+            );
+            if source.schema.is_none() {
+                return Err(RuntimeError::Config(format!(
+                    "a repartitioned group reads its rows back from the repartition topic, so the schema of `{table}` must be declared (--schema)"
+                )));
+            }
+            source.table = Some(table.clone());
             source.endpoint = Endpoint::Kafka(format!("{repartition_url}?assign={r}&purge=true"));
+            // Every table's first stages, in the spec's order.
+            let upstream = std::iter::once(table)
+                .chain(unread.iter().map(|u| u.table.clone()))
+                .zip(layout.inputs.iter().copied())
+                .collect();
+            Stage::Shuffled { upstream }
         }
-    }
+    };
     let emit = task_spec.settings.emit;
     let sink_spec = task_spec.sink.clone();
     let kafka = task_spec.kafka.clone();
-    let pipeline = open_pipeline_replicated(task_spec, Some(Box::new(replica)), stage)?;
+    let pipeline = open_pipeline_replicated(task_spec, Some(Box::new(replica)), (stage, unread))?;
     let id = match task {
         TaskKind::Whole(p) | TaskKind::Keyed(p) => p.to_string(),
-        TaskKind::Shuffle(p) => format!("s{p}"),
+        TaskKind::Shuffle(0, p) => format!("s{p}"),
+        TaskKind::Shuffle(source, p) => format!("s{source}-{p}"),
     };
     let sink = open_sink(
         &sink_spec,

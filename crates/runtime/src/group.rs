@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use ubik_connector::{ConnectorError, Sink};
 use ubik_kafka::{Assignment, GroupMember, KafkaUrl};
 
-use crate::connect::{Opened, TaskKind, open_task, repartition_topic};
+use crate::connect::{GroupLayout, Opened, TaskKind, open_task, repartition_topic};
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{OperatorStatus, PartitionStatus, Pipeline, StageStatus, Stats};
 use crate::runner::{Cadence, RunEnd, RunOptions, Runner};
@@ -55,13 +55,13 @@ struct Task {
 }
 
 impl Task {
-    fn open(spec: &PipelineSpec, kind: TaskKind, partitions: u32) -> Result<Self> {
+    fn open(spec: &PipelineSpec, kind: TaskKind, layout: &GroupLayout) -> Result<Self> {
         let started = Instant::now();
         let Opened {
             mut pipeline,
             sink,
             encoder,
-        } = open_task(spec, kind, partitions)?;
+        } = open_task(spec, kind, layout)?;
         pipeline.set_poll_timeout(TASK_POLL);
         info!(
             task = %kind,
@@ -117,8 +117,9 @@ enum Mode {
     Repartitioned,
 }
 
-/// Checks what a group can run before anything opens.
-fn check(spec: &PipelineSpec) -> Result<(String, Option<String>, KafkaUrl)> {
+/// Checks what a group can run before anything opens: its name, instance
+/// id and input topics.
+fn check(spec: &PipelineSpec) -> Result<(String, Option<String>, Vec<KafkaUrl>)> {
     let group = spec
         .group
         .clone()
@@ -133,13 +134,28 @@ fn check(spec: &PipelineSpec) -> Result<(String, Option<String>, KafkaUrl)> {
             "a consumer group's output must be a kafka:// topic (--to): the tasks of several processes write it".into(),
         ));
     }
-    let Some(Endpoint::Kafka(url)) = spec.sources.first().map(|s| &s.endpoint) else {
-        return Err(RuntimeError::Config(
-            "a consumer group shares a Kafka topic's partitions: --from must be kafka://".into(),
-        ));
-    };
-    let url = KafkaUrl::parse(url).map_err(ConnectorError::from)?;
-    Ok((group.name, group.instance_id, url))
+    let urls = spec
+        .sources
+        .iter()
+        .map(|s| match &s.endpoint {
+            Endpoint::Kafka(url) => Ok(KafkaUrl::parse(url).map_err(ConnectorError::from)?),
+            _ => Err(RuntimeError::Config(
+                "a consumer group shares Kafka topics' partitions: every --from must be kafka://"
+                    .into(),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(u) = urls.iter().find(|u| u.bootstrap != urls[0].bootstrap) {
+        return Err(RuntimeError::Config(format!(
+            "a consumer group reads one Kafka cluster: {} and {} name different brokers",
+            urls[0].display(),
+            u.display()
+        )));
+    }
+    if urls.is_empty() {
+        return Err(RuntimeError::Config("no source given".into()));
+    }
+    Ok((group.name, group.instance_id, urls))
 }
 
 /// How the group runs `plan` given the declared input partitioning: a
@@ -173,6 +189,31 @@ fn check_partitioning(plan: &ubik_engine::QueryPlan, partitioned_by: &[String]) 
     Ok(())
 }
 
+/// How a consumer group (`--group NAME`, input not declared partitioned by
+/// key) runs `plan`, for `ubik validate`: its stages, what each routes by,
+/// and the internal topics.
+pub fn describe_stages(plan: &ubik_engine::QueryPlan) -> String {
+    if !(plan.is_keyed() || plan.join.is_some()) {
+        return "in a consumer group: one stage; each task runs the whole query over its input partitions".into();
+    }
+    match ubik_engine::shuffle::Shuffler::new(plan, 2) {
+        Err(e) => format!("in a consumer group: {e}"),
+        Ok(shuffler) => {
+            let routed = match ubik_engine::shuffle::describe(plan) {
+                Some(key) => format!("routes them by {}", key.join(", ")),
+                None if shuffler.single() => {
+                    "routes them all to one task (its rows must all meet: it regroups, ranks or joins across keys)".into()
+                }
+                None => "routes them by key".into(),
+            };
+            format!(
+                "in a consumer group: stage 1 (a task per input partition) stamps rows and {routed} through topic NAME-ubik-repartition; stage 2 (a task per repartition partition) runs the {}; checkpoints replicate to NAME-ubik-checkpoints",
+                plan.kind_name()
+            )
+        }
+    }
+}
+
 /// Adds task `kind`'s counters to `total`. A keyed task's input is the
 /// repartition topic, whose rows its first stage already counted (and
 /// whose lag is not the input's).
@@ -199,7 +240,8 @@ fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
     // What a status page shows per task: its stage and partition name it.
     let task = match kind {
         TaskKind::Whole(p) => format!("task {p}"),
-        TaskKind::Shuffle(p) => format!("first stage {p}"),
+        TaskKind::Shuffle(0, p) => format!("first stage {p}"),
+        TaskKind::Shuffle(source, p) => format!("first stage {source}-{p}"),
         TaskKind::Keyed(p) => format!("keyed stage {p}"),
     };
     total
@@ -235,7 +277,8 @@ fn is_fenced(e: &RuntimeError) -> bool {
 /// (then every task commits, checkpoints and the member leaves), or, for a
 /// bounded input, until it owns every task and all have finished.
 pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd> {
-    let (group, instance_id, url) = check(spec)?;
+    let (group, instance_id, urls) = check(spec)?;
+    let url = urls[0].clone();
     let plan = crate::connect::validate(spec.for_task(0)?)?;
     let partitioned_by = spec
         .group
@@ -243,44 +286,74 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         .map(|g| g.partitioned_by.clone())
         .unwrap_or_default();
     let mode = mode(&plan, &partitioned_by)?;
-    let partitions = ubik_kafka::admin::end_offsets(&url, &spec.kafka)
-        .map_err(ConnectorError::from)?
-        .len() as u32;
+    let inputs = urls
+        .iter()
+        .map(|u| {
+            Ok(ubik_kafka::admin::end_offsets(u, &spec.kafka)
+                .map_err(ConnectorError::from)?
+                .len() as u32)
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    let layout = GroupLayout { inputs };
     let repartition = repartition_topic(&group);
     let also = match mode {
-        Mode::Partitioned => Vec::new(),
+        Mode::Partitioned => {
+            // Task p reads partition p of every input.
+            if let Some((u, n)) = urls
+                .iter()
+                .zip(&layout.inputs)
+                .find(|(_, n)| **n != layout.inputs[0])
+            {
+                return Err(RuntimeError::Config(format!(
+                    "inputs partitioned by key must be co-partitioned: {} has {n} partitions, {} has {}; leave --partitioned-by out to repartition them",
+                    u.display(),
+                    url.display(),
+                    layout.inputs[0]
+                )));
+            }
+            Vec::new()
+        }
         Mode::Repartitioned => {
             // Refuse what a key routing cannot split before joining.
-            ubik_engine::shuffle::Shuffler::new(&plan, partitions)?;
+            let shuffler = ubik_engine::shuffle::Shuffler::new(&plan, layout.repartition())?;
             ubik_kafka::admin::ensure_repartition_topic(
                 &url.bootstrap,
                 &repartition,
-                partitions as i32,
+                layout.repartition() as i32,
                 &spec.kafka,
             )
             .map_err(ConnectorError::from)?;
-            info!(
-                group,
-                topic = repartition,
-                "repartitioning by the result key"
-            );
-            vec![repartition.clone()]
+            match shuffler.single() {
+                true => warn!(
+                    group,
+                    topic = repartition,
+                    "the query's rows must all meet (it regroups, ranks or joins across keys): one keyed task runs it, the others stay idle"
+                ),
+                false => info!(
+                    group,
+                    topic = repartition,
+                    "repartitioning by the result key"
+                ),
+            }
+            urls[1..]
+                .iter()
+                .map(|u| u.topic.clone())
+                .chain([repartition.clone()])
+                .collect()
         }
     };
-    let stages = layout(spec, &plan, mode, (&url.topic, &repartition), partitions);
+    let topics: Vec<String> = urls.iter().map(|u| u.topic.clone()).collect();
+    let stages = layout_of(spec, &plan, mode, (&topics, &repartition), &layout);
     let member = GroupMember::join(&url, &also, &group, instance_id.as_deref(), &spec.kafka)
         .map_err(ConnectorError::from)?;
-    let input_topic = url.topic.clone();
     let kind_of = move |topic: &str, p: u32| match mode {
         Mode::Partitioned => TaskKind::Whole(p),
-        Mode::Repartitioned if topic == input_topic => TaskKind::Shuffle(p),
-        Mode::Repartitioned => TaskKind::Keyed(p),
+        Mode::Repartitioned => match topics.iter().position(|t| t == topic) {
+            Some(source) => TaskKind::Shuffle(source, p),
+            None => TaskKind::Keyed(p),
+        },
     };
-    // The input's and, repartitioned, the repartition topic's partitions.
-    let tasks_total = match mode {
-        Mode::Partitioned => partitions,
-        Mode::Repartitioned => 2 * partitions,
-    };
+    let tasks_total = layout.tasks(mode == Mode::Repartitioned);
     let cadence = Cadence {
         interval: opts.commit_interval,
         records: opts.commit_records,
@@ -346,7 +419,8 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                 let handles: Vec<_> = copies
                     .into_iter()
                     .map(|(kind, spec)| {
-                        s.spawn(move || (kind, Task::open(&spec, kind, partitions)))
+                        let layout = &layout;
+                        s.spawn(move || (kind, Task::open(&spec, kind, layout)))
                     })
                     .collect();
                 handles
@@ -444,39 +518,50 @@ fn records_read(tasks: &Tasks) -> u64 {
 
 /// The group's stages for a status page: what each reads, routes or runs,
 /// and writes, over how many tasks.
-fn layout(
+fn layout_of(
     spec: &PipelineSpec,
     plan: &ubik_engine::QueryPlan,
     mode: Mode,
-    (input, repartition): (&str, &str),
-    partitions: u32,
+    (inputs, repartition): (&[String], &str),
+    layout: &GroupLayout,
 ) -> Vec<StageStatus> {
     let output = match &spec.sink {
         SinkSpec::Kafka(u) => KafkaUrl::parse(u).map_or_else(|_| u.clone(), |u| u.topic),
         SinkSpec::Stdout => "stdout".into(),
     };
     let key: Vec<String> = plan.key_names().into_iter().map(String::from).collect();
-    let run = |reads: &str| StageStatus {
+    let run = |reads: &str, tasks: u32| StageStatus {
         name: plan.kind_name(),
         reads: reads.to_string(),
         writes: output.clone(),
         key: key.clone(),
-        tasks: partitions,
+        tasks,
         here: Vec::new(),
     };
     match mode {
-        Mode::Partitioned => vec![run(input)],
-        Mode::Repartitioned => vec![
-            StageStatus {
-                name: "first stage: stamps rows and routes them by key".into(),
-                reads: input.to_string(),
-                writes: repartition.to_string(),
-                key: key.clone(),
-                tasks: partitions,
-                here: Vec::new(),
-            },
-            run(repartition),
-        ],
+        Mode::Partitioned => vec![run(&inputs.join(", "), layout.inputs[0])],
+        Mode::Repartitioned => {
+            let routed_by = ubik_engine::shuffle::describe(plan);
+            let name = match &routed_by {
+                Some(_) => "first stage: stamps rows and routes them by key",
+                None => "first stage: stamps rows and routes them all to one task",
+            };
+            let mut keyed = run(repartition, layout.repartition());
+            if routed_by.is_none() {
+                keyed.name = format!("{} (one task: its rows must all meet)", keyed.name);
+            }
+            vec![
+                StageStatus {
+                    name: name.into(),
+                    reads: inputs.join(", "),
+                    writes: repartition.to_string(),
+                    key: routed_by.unwrap_or_default(),
+                    tasks: layout.inputs.iter().sum(),
+                    here: Vec::new(),
+                },
+                keyed,
+            ]
+        }
     }
 }
 
@@ -486,7 +571,7 @@ fn report(tasks: &mut Tasks, stages: &[StageStatus], opts: &mut RunOptions<'_>) 
     total.stages = stages.to_vec();
     for kind in tasks.open.keys() {
         let (stage, p) = match *kind {
-            TaskKind::Whole(p) | TaskKind::Shuffle(p) => (0, p),
+            TaskKind::Whole(p) | TaskKind::Shuffle(_, p) => (0, p),
             TaskKind::Keyed(p) => (1, p),
         };
         if let Some(s) = total.stages.get_mut(stage) {

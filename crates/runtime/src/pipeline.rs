@@ -167,7 +167,7 @@ pub enum Step {
 }
 
 /// Where a pipeline sits in a repartitioned group run ([`crate::group`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Stage {
     /// The whole query.
     #[default]
@@ -176,22 +176,47 @@ pub enum Stage {
     /// `partitions` target partitions ([`Pipeline::write_shuffled`]).
     Shuffle { partitions: u32 },
     /// The second stage: reads one target partition of a repartition
-    /// topic written by the first stages of `upstream` source partitions.
-    Shuffled { upstream: u32 },
+    /// topic written by the first stages of every partition of the
+    /// `upstream` tables (each with its partition count).
+    Shuffled { upstream: Vec<(String, u32)> },
+}
+
+/// A table a staged pipeline knows but does not read: a first stage plans
+/// the whole query (a join's other table), and a second stage decodes the
+/// rows its first stages routed from it.
+pub struct UnreadTable {
+    pub table: String,
+    pub schema: SchemaRef,
+    pub decoder: Box<dyn RecordDecoder>,
+}
+
+/// How a second stage decodes the routed rows of one of the query's tables.
+struct RoutedTable {
+    /// Its index among the plan's sources.
+    index: usize,
+    schema: SchemaRef,
+    decoder: Box<dyn RecordDecoder>,
+    /// Decodes the keys of deletions (made when the first one arrives).
+    key_decoder: Option<Box<dyn RecordDecoder>>,
 }
 
 /// Writes one routed record (target partition, bytes).
 pub type ShuffleWrite<'a> = dyn FnMut(u32, &[u8]) -> std::result::Result<(), ConnectorError> + 'a;
 
 /// A query for `stage`, its state kept as `state` says.
-fn query_for(plan: QueryPlan, stage: Stage, state: &StateOptions) -> Result<Query> {
+fn query_for(plan: QueryPlan, stage: &Stage, state: &StateOptions) -> Result<Query> {
     let mut query = Query::with_state(plan, state.clone())?;
     match stage {
         Stage::Whole => {}
-        Stage::Shuffle { partitions } => query.set_shuffle(partitions)?,
+        Stage::Shuffle { partitions } => query.set_shuffle(*partitions)?,
         Stage::Shuffled { upstream } => {
-            for u in 0..upstream {
-                query.add_partition(partition_id(0, u));
+            for (table, partitions) in upstream {
+                let index = query.plan().source_index(table).ok_or_else(|| {
+                    RuntimeError::Config(format!("the query does not read `{table}`"))
+                })?;
+                for u in 0..*partitions {
+                    query.add_partition(partition_id(index, u));
+                }
             }
         }
     }
@@ -309,8 +334,12 @@ pub struct Pipeline {
     stage: Stage,
     /// A first stage's routed records, not yet written.
     shuffled: ShuffleBuffer,
-    /// A second stage: the next source offset expected per source partition.
-    shuffle_next: BTreeMap<u32, u64>,
+    /// A second stage: the next source offset expected per source
+    /// partition id and join leaf ([`routed_lane`]).
+    shuffle_next: BTreeMap<u64, u64>,
+    /// A second stage: how it decodes the rows of the tables it does not
+    /// read itself (a join's other tables).
+    routed: Vec<RoutedTable>,
     /// A first stage's last progress record per source partition
     /// (watermark, ended): one is written again only when it changed.
     progress_sent: BTreeMap<u32, (i64, bool)>,
@@ -371,13 +400,21 @@ impl Pipeline {
             ),
             None => None,
         };
-        Self::with_store(sql, sources, settings, store, dead_letters, Stage::Whole)
+        Self::with_store(
+            sql,
+            (sources, Vec::new()),
+            settings,
+            store,
+            dead_letters,
+            Stage::Whole,
+        )
     }
 
-    /// Like [`Self::new`], checkpointing to `store` (which may replicate).
+    /// Like [`Self::new`], checkpointing to `store` (which may replicate),
+    /// as `stage`; `unread` tables are planned but not read (a staged run).
     pub fn with_store(
         sql: &str,
-        sources: Vec<OpenedSource>,
+        (sources, unread): (Vec<OpenedSource>, Vec<UnreadTable>),
         settings: &Settings,
         store: Option<CheckpointStore>,
         dead_letters: Box<dyn DeadLetterSink>,
@@ -390,6 +427,11 @@ impl Pipeline {
         let tables: Vec<(String, SchemaRef)> = sources
             .iter()
             .map(|s| (s.table.clone(), Arc::clone(&s.schema)))
+            .chain(
+                unread
+                    .iter()
+                    .map(|u| (u.table.clone(), Arc::clone(&u.schema))),
+            )
             .collect();
         let plan = crate::connect::plan(sql, &tables, options.clone())?;
         // One source keeps the identity of the one-source pipelines before
@@ -417,7 +459,7 @@ impl Pipeline {
             ));
         }
         let state = state_options(settings, store.as_ref())?;
-        let mut query = query_for(plan, stage, &state)?;
+        let mut query = query_for(plan, &stage, &state)?;
         let mut inputs = Vec::with_capacity(sources.len());
         for opened in sources {
             let OpenedSource {
@@ -456,12 +498,29 @@ impl Pipeline {
                 ended: false,
             });
         }
-        if let Some(missing) = query
-            .plan()
-            .sources
-            .iter()
-            .find(|s| !inputs.iter().any(|i| i.table == s.name))
+        let mut routed = Vec::with_capacity(unread.len());
+        for UnreadTable {
+            table,
+            schema,
+            mut decoder,
+        } in unread
         {
+            let index = query.plan().source_index(&table).ok_or_else(|| {
+                RuntimeError::Config(format!("the query does not read `{table}`"))
+            })?;
+            decoder.read_only(&query.plan().sources[index].reads)?;
+            routed.push(RoutedTable {
+                index,
+                schema,
+                decoder,
+                key_decoder: None,
+            });
+        }
+        if let Some(missing) = query.plan().sources.iter().enumerate().find(|(i, s)| {
+            !inputs.iter().any(|input| input.table == s.name)
+                && !routed.iter().any(|r| r.index == *i)
+        }) {
+            let missing = missing.1;
             return Err(RuntimeError::Config(format!(
                 "the query reads `{}` but no source was given for it",
                 missing.name
@@ -490,6 +549,7 @@ impl Pipeline {
             stage,
             shuffled: ShuffleBuffer::default(),
             shuffle_next: BTreeMap::new(),
+            routed,
             progress_sent: BTreeMap::new(),
             checkpointed_at: None,
             state,
@@ -537,7 +597,7 @@ impl Pipeline {
         self.finished = false;
         let snapshot = QuerySnapshot::decode(&loaded.engine_state)?;
         let plan = self.query.plan().clone();
-        let mut query = query_for(plan, self.stage, &self.state)?;
+        let mut query = query_for(plan, &self.stage, &self.state)?;
         query.restore(snapshot)?;
         // Runs written after that checkpoint (spills, compactions) are
         // garbage now, as are those of checkpoints no longer kept.
@@ -576,7 +636,7 @@ impl Pipeline {
                 input.name
             )));
         }
-        let mut query = query_for(self.query.plan().clone(), self.stage, &self.state)?;
+        let mut query = query_for(self.query.plan().clone(), &self.stage, &self.state)?;
         self.shuffled.clear();
         self.progress_sent.clear();
         self.checkpointed_at = None;
@@ -978,7 +1038,6 @@ impl Pipeline {
             None => self.query.process(p, &slice, out)?,
         }
         for s in out.shuffled.drain(..) {
-            let upstream = s.partition & ((1 << PARTITION_BITS) - 1);
             for (j, &row) in s.rows.iter().enumerate() {
                 let index = record_of.get(from + row as usize).map(|&i| i as usize);
                 let found = index
@@ -990,8 +1049,9 @@ impl Pipeline {
                 };
                 self.shuffled.push_row(
                     s.targets[j],
-                    upstream,
+                    s.partition,
                     (offset, s.times[j], s.stamps[j]),
+                    (s.leaf, s.deletion),
                     record,
                 );
             }
@@ -1288,10 +1348,7 @@ impl Pipeline {
             .progress()
             .partitions
             .iter()
-            .map(|(&id, p)| {
-                let upstream = id & ((1 << PARTITION_BITS) - 1);
-                (upstream, (p.watermark(lateness), p.ended))
-            })
+            .map(|(&id, p)| (id, (p.watermark(lateness), p.ended)))
             .filter(|(upstream, now)| self.progress_sent.get(upstream) != Some(now))
             .collect()
     }
@@ -1301,7 +1358,7 @@ impl Pipeline {
     /// progress to tell. A commit then can be skipped (an idle task would
     /// otherwise write, and replicate, the same checkpoint at every interval).
     pub fn quiet_since_checkpoint(&self) -> bool {
-        let progress_told = match self.stage {
+        let progress_told = match &self.stage {
             Stage::Shuffle { .. } => self.unsent_progress().is_empty(),
             _ => true,
         };
@@ -1341,17 +1398,13 @@ impl Pipeline {
     }
 
     /// A second stage's records: rows of each source partition, fed with
-    /// the event times and stamps their first stage gave them, and that
-    /// stage's progress records.
+    /// the event times and stamps their first stage gave them (in runs of
+    /// one source partition, join leaf and kind), and that stage's
+    /// progress records.
     fn on_shuffled(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
         let n = chunk.payload.len();
         self.stats.records_in += n as u64;
-        let index = self.inputs[input].index;
-        let mut run: Vec<&[u8]> = Vec::new();
-        let mut offsets: Vec<u64> = Vec::new();
-        let mut times = Vec::new();
-        let mut stamps = Vec::new();
-        let mut upstream_of_run = None;
+        let mut run = RoutedRun::default();
         for i in 0..=n {
             let parsed = match chunk.payload.record(i) {
                 Some(bytes) if i < n => {
@@ -1368,34 +1421,9 @@ impl Pipeline {
                 }
                 _ => None,
             };
-            let continues = matches!(parsed, Some(ShuffleRecord::Row { upstream, .. }) if Some(upstream) == upstream_of_run);
-            if !continues && let Some(u) = upstream_of_run.take() {
-                let decoded = self.inputs[input].decoder.decode(&run)?;
-                if let Some(bad) = decoded.bad.first() {
-                    return Err(RuntimeError::BadRecord(format!(
-                        "a repartitioned record of partition {u} does not decode ({}): the first stage decoded it with another schema",
-                        bad.message()
-                    )));
-                }
-                let before = out.rejects.len();
-                self.query.process_given(
-                    partition_id(index, u),
-                    &decoded.batch,
-                    std::mem::take(&mut times),
-                    std::mem::take(&mut stamps),
-                    out,
-                )?;
-                if out.rejects.len() > before {
-                    self.dead_letter_shuffled(
-                        input,
-                        u,
-                        &run,
-                        &offsets,
-                        out.rejects.drain(before..),
-                    )?;
-                }
-                run.clear();
-                offsets.clear();
+            let continues = matches!(parsed, Some(ShuffleRecord::Row { upstream, leaf, deletion, .. }) if Some((upstream, leaf, deletion)) == run.of);
+            if !continues && run.of.is_some() {
+                self.feed_routed(input, &mut run, out)?;
             }
             match parsed {
                 Some(ShuffleRecord::Row {
@@ -1403,35 +1431,96 @@ impl Pipeline {
                     offset,
                     time,
                     stamp,
+                    leaf,
+                    deletion,
                     record,
                 }) => {
-                    let next = self.shuffle_next.entry(upstream).or_insert(0);
+                    let next = self
+                        .shuffle_next
+                        .entry(routed_lane(upstream, leaf))
+                        .or_insert(0);
                     if offset < *next {
-                        // A resumed first stage's copy of a row aggregated before.
+                        // A resumed first stage's copy of a row taken in before.
                         continue;
                     }
                     *next = offset + 1;
-                    upstream_of_run = Some(upstream);
-                    run.push(record);
-                    offsets.push(offset);
-                    times.push(time);
-                    stamps.push(stamp);
+                    run.of = Some((upstream, leaf, deletion));
+                    run.records.push(record);
+                    run.offsets.push(offset);
+                    run.times.push(time);
+                    run.stamps.push(stamp);
                 }
                 Some(ShuffleRecord::Progress {
                     upstream,
                     watermark,
                     ended,
                 }) => {
-                    let id = partition_id(index, upstream);
                     if ended {
-                        self.query.end_partition(id, out)?;
+                        self.query.end_partition(upstream, out)?;
                     } else {
-                        self.query.push_watermark(id, watermark, out)?;
+                        self.query.push_watermark(upstream, watermark, out)?;
                     }
                 }
                 None => {}
             }
         }
+        Ok(())
+    }
+
+    /// Decodes and feeds a run of routed rows, and empties it.
+    fn feed_routed(
+        &mut self,
+        input: usize,
+        run: &mut RoutedRun<'_>,
+        out: &mut Output,
+    ) -> Result<()> {
+        let Some((upstream, leaf, deletion)) = run.of.take() else {
+            return Ok(());
+        };
+        let source = source_of(upstream);
+        let decoded = if source == self.inputs[input].index {
+            let i = &mut self.inputs[input];
+            match deletion {
+                true => decode_keys(&i.schema, &mut i.key_decoder, &run.records)?,
+                false => i.decoder.decode(&run.records)?,
+            }
+        } else {
+            let t = self
+                .routed
+                .iter_mut()
+                .find(|t| t.index == source)
+                .ok_or_else(|| {
+                    RuntimeError::BadRecord(format!(
+                        "a repartitioned record names source {source}, which this query does not read"
+                    ))
+                })?;
+            match deletion {
+                true => decode_keys(&t.schema, &mut t.key_decoder, &run.records)?,
+                false => t.decoder.decode(&run.records)?,
+            }
+        };
+        let partition = upstream & ((1 << PARTITION_BITS) - 1);
+        if let Some(bad) = decoded.bad.first() {
+            return Err(RuntimeError::BadRecord(format!(
+                "a repartitioned record of partition {partition} does not decode ({}): the first stage decoded it with another schema",
+                bad.message()
+            )));
+        }
+        let before = out.rejects.len();
+        self.query.process_given(
+            upstream,
+            (leaf, deletion),
+            &decoded.batch,
+            std::mem::take(&mut run.times),
+            std::mem::take(&mut run.stamps),
+            out,
+        )?;
+        if out.rejects.len() > before {
+            let rejects: Vec<_> = out.rejects.drain(before..).collect();
+            self.dead_letter_shuffled(input, partition, (&run.records, &run.offsets), rejects)?;
+        }
+        run.records.clear();
+        run.offsets.clear();
         Ok(())
     }
 
@@ -1442,9 +1531,8 @@ impl Pipeline {
         &mut self,
         input: usize,
         upstream: u32,
-        records: &[&[u8]],
-        offsets: &[u64],
-        rejects: impl Iterator<Item = ubik_engine::Reject>,
+        (records, offsets): (&[&[u8]], &[u64]),
+        rejects: Vec<ubik_engine::Reject>,
     ) -> Result<()> {
         let source = format!(
             "{} (rows of input partition {upstream})",
@@ -1472,6 +1560,25 @@ impl Pipeline {
     pub fn take_restored(&mut self) -> Vec<ChangeBatch> {
         self.restored_output.drain(..).collect()
     }
+}
+
+/// Routed rows of one source partition, join leaf and kind, gathered to be
+/// decoded and fed at once.
+#[derive(Default)]
+struct RoutedRun<'a> {
+    /// (upstream, leaf, deletion) of the rows gathered.
+    of: Option<(u32, u8, bool)>,
+    records: Vec<&'a [u8]>,
+    offsets: Vec<u64>,
+    times: Vec<i64>,
+    stamps: Vec<i64>,
+}
+
+/// The key of a second stage's next expected offset: rows of one source
+/// partition id (the low 32 bits, as before joins were routed) fed to one
+/// join leaf, whose offsets rise.
+fn routed_lane(upstream: u32, leaf: u8) -> u64 {
+    upstream as u64 | (leaf as u64) << 32
 }
 
 /// Row `i` of `batch` as one JSON object (a dead letter's record).

@@ -20,11 +20,12 @@ use super::eval::{eval_array, eval_predicate};
 use super::join::{JoinOperator, Joined};
 use super::rollup::roll_up;
 use super::window::{TABLE_FAMILY, WindowOperator};
-use super::{Operator, OperatorSnapshot, Output};
+use super::{Operator, OperatorSnapshot, Output, StampedBatch};
 use crate::error::{EngineError, Result};
 use crate::plan::{EventTime, JoinKind, JoinPlan, QueryOptions, SideInput, SourceTable};
 use crate::progress::PartitionProgress;
 use crate::query::{JoinLateness, stamp};
+use crate::shuffle::{Shuffled, Shuffler};
 use crate::state::keyed::Evicted;
 use crate::state::{SharedStore, StateEntry};
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
@@ -138,19 +139,38 @@ impl JoinNode {
     }
 
     /// Feeds source rows to every leaf of the tree that reads the source.
-    /// `advanced` receives the partition's progress after the batch.
+    /// `advanced` receives the partition's progress after the batch. With
+    /// `router` (a first stage), each leaf's stamped rows are routed
+    /// ([`Output::shuffled`]) instead of taken in.
     pub fn arrive(
         &mut self,
         rows: &Arrival<'_>,
         advanced: &mut Option<PartitionProgress>,
+        router: Option<&Shuffler>,
         out: &mut Output,
     ) -> Result<()> {
+        self.arrive_at(0, rows, advanced, router, out).map(|_| ())
+    }
+
+    /// [`Self::arrive`] for a tree whose first leaf is number `first`;
+    /// returns how many leaves it has.
+    fn arrive_at(
+        &mut self,
+        first: u8,
+        rows: &Arrival<'_>,
+        advanced: &mut Option<PartitionProgress>,
+        router: Option<&Shuffler>,
+        out: &mut Output,
+    ) -> Result<u8> {
+        let mut leaf = first;
         for s in 0..2 {
             let side = &self.plan.sides[s];
             if let Feed::Join(inner) = &mut self.feeds[s] {
-                inner.arrive(rows, advanced, out)?;
+                leaf += inner.arrive_at(leaf, rows, advanced, router, out)?;
                 continue;
             }
+            let this_leaf = leaf;
+            leaf += 1;
             // A versioned table keeps a version its filter refuses as an
             // absent one (like a deletion): it still ends the version before it.
             let versioned = matches!(self.plan.kind, JoinKind::Temporal { table } if table == s);
@@ -196,6 +216,26 @@ impl JoinNode {
             let Some(stamped) = stamped else {
                 continue;
             };
+            if let Some(router) = router {
+                // Keyed routes hash the side's key, over its projected rows.
+                let targets = match (router.routes_side_rows(this_leaf), projection) {
+                    (true, Some(projection)) => {
+                        let side_rows = project(projection, &side.schema, &stamped.batch)?;
+                        router.targets(this_leaf, &side_rows)?
+                    }
+                    _ => router.targets(this_leaf, &stamped.batch)?,
+                };
+                out.shuffled.push(Shuffled {
+                    partition: rows.partition,
+                    leaf: this_leaf,
+                    deletion: rows.deletion,
+                    rows: stamped.origin,
+                    times: stamped.times,
+                    stamps: stamped.stamps,
+                    targets,
+                });
+                continue;
+            }
             let Some(projection) = projection else {
                 match &mut self.feeds[s] {
                     Feed::Windows(op) => op.process_batch(stamped, out)?,
@@ -203,16 +243,7 @@ impl JoinNode {
                 }
                 continue;
             };
-            let columns = projection
-                .iter()
-                .map(|e| eval_array(e.as_ref(), &stamped.batch))
-                .collect::<Result<Vec<_>>>()?;
-            let side_rows = RecordBatch::try_new_with_options(
-                Arc::clone(&side.schema),
-                columns,
-                &arrow::array::RecordBatchOptions::new()
-                    .with_row_count(Some(stamped.batch.num_rows())),
-            )?;
+            let side_rows = project(projection, &side.schema, &stamped.batch)?;
             let present = if rows.deletion {
                 Some(vec![false; side_rows.num_rows()])
             } else if versioned {
@@ -228,7 +259,88 @@ impl JoinNode {
                 present.as_deref(),
             )?;
         }
-        Ok(())
+        Ok(leaf - first)
+    }
+
+    /// Takes in rows a first stage stamped and routed to leaf `leaf`
+    /// ([`Self::arrive`] with a router): source rows that passed the leaf's
+    /// checks, with their event times and stamps given.
+    pub fn arrive_given(
+        &mut self,
+        leaf: u8,
+        rows: StampedBatch,
+        deletion: bool,
+        out: &mut Output,
+    ) -> Result<()> {
+        match self.given_at(0, leaf, rows, deletion, out)? {
+            Ok(_) => Err(EngineError::internal(format!(
+                "rows routed to join leaf {leaf}, which the join does not have"
+            ))),
+            Err(()) => Ok(()),
+        }
+    }
+
+    /// Walks to leaf `leaf` (this tree's first is `first`) and feeds it:
+    /// `Err(())` once fed, else `Ok(the rows back, this tree's leaves)`.
+    #[allow(clippy::type_complexity)]
+    fn given_at(
+        &mut self,
+        first: u8,
+        leaf: u8,
+        rows: StampedBatch,
+        deletion: bool,
+        out: &mut Output,
+    ) -> Result<std::result::Result<(StampedBatch, u8), ()>> {
+        let mut at = first;
+        let mut rows = rows;
+        for s in 0..2 {
+            if let Feed::Join(inner) = &mut self.feeds[s] {
+                match inner.given_at(at, leaf, rows, deletion, out)? {
+                    Ok((back, n)) => {
+                        rows = back;
+                        at += n;
+                        continue;
+                    }
+                    Err(()) => return Ok(Err(())),
+                }
+            }
+            if at != leaf {
+                at += 1;
+                continue;
+            }
+            let side = &self.plan.sides[s];
+            let versioned = matches!(self.plan.kind, JoinKind::Temporal { table } if table == s);
+            match (&side.input, &mut self.feeds[s]) {
+                (
+                    SideInput::Rows {
+                        filter, projection, ..
+                    },
+                    _,
+                ) => {
+                    let side_rows = project(projection, &side.schema, &rows.batch)?;
+                    // A versioned table's own filter was left to here, as
+                    // in `arrive`: a version it refuses is an absent one.
+                    let present = if deletion {
+                        Some(vec![false; side_rows.num_rows()])
+                    } else if versioned {
+                        version_presence(filter.as_deref(), &self.plan, &rows.batch, &side_rows)?
+                    } else {
+                        None
+                    };
+                    self.operator.insert(
+                        s,
+                        side_rows,
+                        &rows.times,
+                        Some(&rows.stamps),
+                        present.as_deref(),
+                    )?;
+                }
+                (SideInput::Windows { .. }, Feed::Windows(op)) => op.process_batch(rows, out)?,
+                _ => return Err(EngineError::Internal("side aggregation missing".into())),
+            }
+            return Ok(Err(()));
+        }
+        Ok(Ok((rows, at - first)))
     }
 
     /// The query's watermark advanced to `watermark`: feeds each side what
@@ -435,6 +547,23 @@ impl JoinNode {
                 })
                 .sum::<usize>()
     }
+}
+
+/// A join side's rows: its projection of source rows.
+fn project(
+    projection: &[crate::plan::PhysicalExprRef],
+    schema: &SchemaRef,
+    source_rows: &RecordBatch,
+) -> Result<RecordBatch> {
+    let columns = projection
+        .iter()
+        .map(|e| eval_array(e.as_ref(), source_rows))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(source_rows.num_rows())),
+    )?)
 }
 
 /// Which versions of a versioned table are present: those passing the
