@@ -9,7 +9,7 @@ use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArr
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 mod routing;
 
-use routing::{deliver, records};
+use routing::{Rng, deliver, records};
 use ubik_engine::progress::partition_id;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
 
@@ -23,17 +23,6 @@ fn schema() -> Arc<Schema> {
         ),
         Field::new("v", DataType::Int64, false),
     ]))
-}
-
-/// xorshift: the same rows for the same seed.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// `n` rows per partition, `keys` keys spread over every partition, times

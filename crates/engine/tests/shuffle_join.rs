@@ -11,7 +11,7 @@ use arrow::array::{Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 mod routing;
 
-use routing::{deliver, records};
+use routing::{Rng, deliver, records};
 use ubik_engine::progress::partition_id;
 use ubik_engine::shuffle::Shuffler;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
@@ -37,17 +37,6 @@ fn bids() -> Arc<Schema> {
         Field::new("ts", time(), false),
         Field::new("price", DataType::Int64, false),
     ]))
-}
-
-/// xorshift: the same rows for the same seed.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 const BATCH: usize = 50;

@@ -5,6 +5,18 @@ use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use ubik_engine::{Output, Query};
 
+/// xorshift: the same rows for the same seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
 /// Every record as text: its columns, whether it deletes, its timestamp.
 pub fn records(out: &Output, into: &mut Vec<String>) {
     for c in &out.changes {
