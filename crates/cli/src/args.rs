@@ -35,9 +35,11 @@ pub struct StatusArgs {
     /// The group (as given to `ubik run --group`).
     #[arg(long)]
     pub group: String,
-    /// The group's input topic: kafka://host:port/topic.
-    #[arg(long)]
-    pub from: String,
+    /// The group's input topic: kafka://host:port/topic (repeatable, in
+    /// the pipeline's source order, for a group reading several; a
+    /// NAME= prefix is ignored).
+    #[arg(long, required = true)]
+    pub from: Vec<String>,
     /// librdkafka property (repeatable).
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub kafka_property: Vec<String>,

@@ -346,7 +346,7 @@ pub enum TaskKind {
 
 impl TaskKind {
     /// Its number on the state topic: first stages after the others.
-    fn state_id(self, layout: &GroupLayout) -> u32 {
+    pub(crate) fn state_id(self, layout: &GroupLayout) -> u32 {
         match self {
             TaskKind::Whole(p) | TaskKind::Keyed(p) => p,
             TaskKind::Shuffle(source, p) => {

@@ -70,7 +70,7 @@ impl Task {
             "task started"
         );
         Ok(Self {
-            runner: Runner::new(&pipeline, encoder),
+            runner: Runner::new(&pipeline, encoder).defer_commits(),
             pipeline,
             sink,
             finished: false,
@@ -476,6 +476,9 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                 }
             }
         }
+        if failed.is_none() {
+            failed = commit_due(&mut tasks, &mut fenced).err();
+        }
         if let Some(e) = failed {
             tasks.open.clear();
             return Err(e);
@@ -505,6 +508,51 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             last_report = Instant::now();
         }
     }
+}
+
+/// Commits (and checkpoints) every task whose commit is due, side by side:
+/// each waits on the broker (its transaction's commit, its checkpoint's
+/// replication) at the same time. Tasks another process took over go to
+/// `fenced`.
+fn commit_due(tasks: &mut Tasks, fenced: &mut Vec<TaskKind>) -> Result<()> {
+    let mut due: Vec<(TaskKind, &mut Task)> = tasks
+        .open
+        .iter_mut()
+        .filter(|(_, t)| t.runner.commit_due())
+        .map(|(&k, t)| (k, t))
+        .collect();
+    let commit = |t: &mut Task| t.runner.commit(&mut t.pipeline, t.sink.as_mut());
+    let results: Vec<(TaskKind, Result<()>)> = match due.as_mut_slice() {
+        [] => return Ok(()),
+        [(kind, t)] => vec![(*kind, commit(t))],
+        several => std::thread::scope(|s| {
+            let handles: Vec<_> = several
+                .iter_mut()
+                .map(|(kind, t)| (*kind, s.spawn(|| commit(t))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|(kind, h)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (kind, r)
+                })
+                .collect()
+        }),
+    };
+    let mut failed = None;
+    for (kind, r) in results {
+        match r {
+            Ok(()) => {}
+            Err(e) if is_fenced(&e) => {
+                warn!(task = %kind, "another process took the task over: {e}");
+                fenced.push(kind);
+            }
+            Err(e) => failed = failed.or(Some(e)),
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// Records the open tasks have read so far.
@@ -599,31 +647,50 @@ fn report(tasks: &mut Tasks, stages: &[StageStatus], opts: &mut RunOptions<'_>) 
 
 /// `ubik status --group NAME`: the group's members and their tasks, and
 /// each task's last replicated checkpoint (epoch, position, lag behind the
-/// input's end, watermark, state), as a text table.
-pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Result<String> {
+/// input's end, watermark, state), as a text table: the first input's
+/// tasks, the keyed tasks (when repartitioned), then each further input's
+/// first stages.
+pub fn status(inputs: &[String], group: &str, kafka: &BTreeMap<String, String>) -> Result<String> {
     use std::fmt::Write;
-    let url = KafkaUrl::parse(input).map_err(ConnectorError::from)?;
-    let described =
-        ubik_kafka::group::describe(&url, group, kafka).map_err(ConnectorError::from)?;
+    let urls = inputs
+        .iter()
+        .map(|i| {
+            // `NAME=kafka://…` as given to `run`.
+            let url = i
+                .split_once('=')
+                .filter(|(n, _)| !n.contains(':'))
+                .map_or(i.as_str(), |(_, u)| u);
+            KafkaUrl::parse(url).map_err(|e| RuntimeError::from(ConnectorError::from(e)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let url = urls.first().ok_or_else(|| {
+        RuntimeError::Config("status needs the group's input topic (--from)".into())
+    })?;
+    let described = ubik_kafka::group::describe(url, group, kafka).map_err(ConnectorError::from)?;
     let summaries =
         ubik_kafka::state::summaries(&url.bootstrap, &crate::connect::state_topic(group), kafka)
             .map_err(ConnectorError::from)?;
-    let ends = ubik_kafka::admin::end_offsets(&url, kafka).map_err(ConnectorError::from)?;
-    let mut owner: BTreeMap<i32, String> = BTreeMap::new();
+    let ends = urls
+        .iter()
+        .map(|u| ubik_kafka::admin::end_offsets(u, kafka).map_err(ConnectorError::from))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let layout = GroupLayout {
+        inputs: ends.iter().map(|e| e.len() as u32).collect(),
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
         "group {group} on {}: {}, {} members, {} tasks",
-        url.display(),
+        urls.iter()
+            .map(KafkaUrl::display)
+            .collect::<Vec<_>>()
+            .join(", "),
         described.state,
         described.members.len(),
-        ends.len()
+        ends[0].len()
     );
     let _ = writeln!(out, "\n{:<24} {:<20} tasks", "member", "host");
     for m in &described.members {
-        for &p in &m.partitions {
-            owner.insert(p, m.client_id.clone());
-        }
         let tasks: Vec<String> = m.partitions.iter().map(|p| p.to_string()).collect();
         let _ = writeln!(
             out,
@@ -633,20 +700,7 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
             tasks.join(", ")
         );
     }
-    let _ = writeln!(
-        out,
-        "\n{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
-        "task", "owner", "epoch", "position", "end", "lag", "watermark", "keys", "age"
-    );
     let now = ubik_connector::time::now_ms();
-    let parts = ends.len() as u32;
-    // Repartitioned, an input partition's task is its first stage.
-    let first_stage = |p: u32| {
-        summaries
-            .get(&(parts + p))
-            .filter(|s| s["source"]["topic"].as_str() == Some(url.topic.as_str()))
-    };
-    let repartitioned = (0..parts).any(|p| first_stage(p).is_some());
     let dash = |v: Option<i64>| v.map_or("-".into(), |v| v.to_string());
     let watermark_of = |s: Option<&serde_json::Value>| {
         s.and_then(|s| s["watermark"].as_i64())
@@ -657,27 +711,65 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
                 String::from_utf8_lossy(&t).into_owned()
             })
     };
-    for (&p, &end) in &ends {
-        let s = first_stage(p as u32).or_else(|| summaries.get(&(p as u32)));
-        let position = s
-            .and_then(|s| s["source"]["next"][p.to_string()].as_i64())
-            .or_else(|| s.and_then(|s| s["source"][&url.topic]["next"][p.to_string()].as_i64()));
-        let watermark = watermark_of(s);
-        let field = |name: &str| s.and_then(|s| s[name].as_i64());
+    let age = |s: Option<&serde_json::Value>| {
+        s.and_then(|s| s["created_ms"].as_i64())
+            .map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000))
+    };
+    // Repartitioned, an input partition's task is its first stage.
+    let first_stage = |source: usize, p: u32| {
+        summaries
+            .get(&TaskKind::Shuffle(source, p).state_id(&layout))
+            .filter(|s| s["source"]["topic"].as_str() == Some(urls[source].topic.as_str()))
+    };
+    let repartitioned = (0..layout.inputs[0]).any(|p| first_stage(0, p).is_some());
+    // One input's tasks: who owns each, and where its last checkpoint stood.
+    let input_table = |out: &mut String, source: usize| -> Result<()> {
+        let owners = match source {
+            0 => described.clone(),
+            _ => ubik_kafka::group::describe(&urls[source], group, kafka)
+                .map_err(ConnectorError::from)?,
+        };
+        let mut owner: BTreeMap<i32, String> = BTreeMap::new();
+        for m in &owners.members {
+            for &p in &m.partitions {
+                owner.insert(p, m.client_id.clone());
+            }
+        }
+        if source > 0 {
+            let _ = writeln!(out, "\nfirst stages of {}:", urls[source].display());
+        }
         let _ = writeln!(
             out,
-            "{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
-            p,
-            owner.get(&p).map_or("(unassigned)", String::as_str),
-            dash(field("epoch")),
-            dash(position),
-            end,
-            dash(position.map(|at| (end - at).max(0))),
-            watermark,
-            dash(field("state_keys")),
-            field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
+            "\n{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
+            "task", "owner", "epoch", "position", "end", "lag", "watermark", "keys", "age"
         );
-    }
+        let topic = &urls[source].topic;
+        for (&p, &end) in &ends[source] {
+            let s = first_stage(source, p as u32).or_else(|| match source {
+                0 => summaries.get(&(p as u32)),
+                _ => None,
+            });
+            let position = s
+                .and_then(|s| s["source"]["next"][p.to_string()].as_i64())
+                .or_else(|| s.and_then(|s| s["source"][topic]["next"][p.to_string()].as_i64()));
+            let field = |name: &str| s.and_then(|s| s[name].as_i64());
+            let _ = writeln!(
+                out,
+                "{:<5} {:<24} {:>6} {:>12} {:>12} {:>10} {:<28} {:>10} {:>8}",
+                p,
+                owner.get(&p).map_or("(unassigned)", String::as_str),
+                dash(field("epoch")),
+                dash(position),
+                end,
+                dash(position.map(|at| (end - at).max(0))),
+                watermark_of(s),
+                dash(field("state_keys")),
+                age(s),
+            );
+        }
+        Ok(())
+    };
+    input_table(&mut out, 0)?;
     if repartitioned {
         let mut shuffled = url.clone();
         shuffled.topic = crate::connect::repartition_topic(group);
@@ -702,9 +794,12 @@ pub fn status(input: &str, group: &str, kafka: &BTreeMap<String, String>) -> Res
                 dash(position.map(|at| (end - at).max(0))),
                 watermark_of(s),
                 dash(field("state_keys")),
-                field("created_ms").map_or("-".into(), |t| format!("{}s", (now - t).max(0) / 1000)),
+                age(s),
             );
         }
+    }
+    for source in 1..urls.len() {
+        input_table(&mut out, source)?;
     }
     let _ = writeln!(
         out,

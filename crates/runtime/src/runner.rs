@@ -131,6 +131,10 @@ pub struct Runner {
     first_write: Option<Instant>,
     /// 0: running; 1: draining the source; 2: drained.
     draining: u8,
+    /// Leave due commits to the caller ([`Self::defer_commits`]).
+    defer: bool,
+    /// A commit is due and was left to the caller.
+    due: bool,
 }
 
 impl Runner {
@@ -144,7 +148,33 @@ impl Runner {
             pending: false,
             first_write: None,
             draining: 0,
+            defer: false,
+            due: false,
         }
+    }
+
+    /// From now on a turn that finds a commit due leaves it to the caller
+    /// ([`Self::commit_due`], [`Self::commit`]): a group member commits its
+    /// tasks side by side, each waiting on the broker at once, instead of
+    /// one round trip after another.
+    pub fn defer_commits(mut self) -> Self {
+        self.defer = true;
+        self
+    }
+
+    /// A commit is due (deferred commits only).
+    pub fn commit_due(&self) -> bool {
+        self.due
+    }
+
+    /// The commit a turn left to the caller: commits and checkpoints.
+    pub fn commit(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
+        self.due = false;
+        commit_epoch(pipeline, sink, &mut self.first_write)?;
+        self.last_commit = Instant::now();
+        self.records_at_commit = pipeline.stats.records_in;
+        self.pending = false;
+        Ok(())
     }
 
     /// One step: reads a chunk, writes what it emitted, commits (and
@@ -222,11 +252,10 @@ impl Runner {
         let idle_flush = self.pending && step == Step::Idle && !pipeline.has_checkpoints();
         if due && !self.pending && pipeline.quiet_since_checkpoint() {
             self.last_commit = Instant::now();
+        } else if (due || idle_flush) && self.defer {
+            self.due = true;
         } else if due || idle_flush {
-            commit_epoch(pipeline, sink, &mut self.first_write)?;
-            self.last_commit = Instant::now();
-            self.records_at_commit = pipeline.stats.records_in;
-            self.pending = false;
+            self.commit(pipeline, sink)?;
         }
         Ok(None)
     }
