@@ -60,6 +60,10 @@ pub struct Query {
     fired: i64,
     /// A first stage: rows are routed, not aggregated.
     shuffle: Option<crate::shuffle::Shuffler>,
+    /// A second stage may take a routed run's times and stamps as its
+    /// partition's progress: false for a self-join, whose batch comes as
+    /// one run per leaf (see [`crate::shuffle::shares_sources`]).
+    runs_are_progress: bool,
     state: StateOptions,
     spilled: SpillStats,
 }
@@ -150,6 +154,10 @@ impl Query {
             )?),
             None => None,
         };
+        let runs_are_progress = !plan
+            .join
+            .as_ref()
+            .is_some_and(crate::shuffle::shares_sources);
         Ok(Self {
             plan,
             operator,
@@ -157,6 +165,7 @@ impl Query {
             progress: Progress::new(lateness),
             fired: MIN_TIME,
             shuffle: None,
+            runs_are_progress,
             state,
             spilled: SpillStats::default(),
         })
@@ -211,14 +220,7 @@ impl Query {
         if n == 0 {
             return Ok(());
         }
-        // A self-join's runs of one batch come one per leaf: the first
-        // run's times and stamps are not its partition's progress until
-        // the others are in, so only progress records advance it.
-        let runs_are_progress = !self
-            .plan
-            .join
-            .as_ref()
-            .is_some_and(crate::shuffle::shares_sources);
+        let runs_are_progress = self.runs_are_progress;
         let p = self.progress.partition(partition);
         if let Some(&t) = times.iter().max().filter(|_| runs_are_progress) {
             p.max_time = p.max_time.max(t);
