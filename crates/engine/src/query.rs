@@ -503,7 +503,8 @@ impl Query {
         };
         let store_memory = store.if_open(|s| s.memory()).unwrap_or(0);
         let operator = self.operator.as_ref().map_or(0, |o| o.state_size());
-        // A join's own rows stay in memory; its sides' aggregations spill.
+        // A join's stream rows stay in memory; its versioned table and its
+        // sides' aggregations spill.
         let sides = self.join.as_ref().map_or(0, JoinNode::spillable);
         let fixed = self
             .join

@@ -2,42 +2,17 @@
 //! brings a new key (Nexmark q7 joins on prices): rows expire, and so do
 //! the keys no row holds any more.
 
-use std::sync::Arc;
-
-use arrow::array::{Int64Array, RecordBatch, TimestampMicrosecondArray};
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::array::RecordBatch;
 use ubik_engine::progress::partition_id;
 use ubik_engine::{Catalog, Output, Query, QueryOptions, plan_query};
 
-fn schema() -> Arc<Schema> {
-    let time = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("ts", time(), false),
-        Field::new("expires", time(), false),
-    ]))
-}
+mod keyed_rows;
 
-/// Rows `from..to`: key i (mod `keys`, when given) at i milliseconds,
-/// expiring a second later.
+use keyed_rows::schema;
+
+/// Rows `from..to` of [`keyed_rows::rows`], key i (mod `keys`, when given).
 fn rows(from: i64, to: i64, keys: Option<i64>) -> RecordBatch {
-    let micros = |shift: i64| {
-        Arc::new(
-            TimestampMicrosecondArray::from_iter_values((from..to).map(|i| i * 1000 + shift))
-                .with_timezone("UTC"),
-        )
-    };
-    RecordBatch::try_new(
-        schema(),
-        vec![
-            Arc::new(Int64Array::from_iter_values(
-                (from..to).map(|i| keys.map_or(i, |n| i % n)),
-            )),
-            micros(0),
-            micros(1_000_000),
-        ],
-    )
-    .unwrap()
+    keyed_rows::rows(from, to, |i| keys.map_or(i, |n| i % n))
 }
 
 /// What a run of [`drive`] saw after each batch.

@@ -38,11 +38,16 @@
 //! query's filter on the table refuses. It ends the version before it and
 //! matches nothing (a LEFT JOIN pads with nulls), so filtering versions
 //! before picking one cannot resurrect an older version.
+//!
+//! A side's rows are a [`SideRows`]. With a state store, a versioned
+//! table's keys may leave memory under the budget, and checkpoints write
+//! the keys whose versions changed ([`StoredVersions`]); stream rows and an
+//! interval join's rows, bounded by the watermark, stay in memory.
 
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
 };
 use arrow::compute::{
     SortColumn, SortOptions, cast, filter_record_batch, interleave, lexsort_to_indices,
@@ -53,14 +58,16 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{EngineError, Result};
 use crate::operator::eval::{eval_array, eval_predicate};
-use crate::operator::time_queue::TimeQueue;
+use crate::operator::join_rows::SideRows;
+use crate::operator::join_versions::StoredVersions;
 use crate::plan::{JoinKind, JoinPlan};
-use crate::state::StateEntry;
 use crate::state::interner::Interner;
+use crate::state::keyed::Evicted;
+use crate::state::{SharedStore, StateEntry};
 use crate::time::to_micros;
 
 /// Key id of a row with a null key column: it never matches.
-const NULL_KEY: u32 = u32::MAX;
+pub(super) const NULL_KEY: u32 = u32::MAX;
 
 /// Column holding each stored row's event time in a snapshot.
 const TIME_COLUMN: &str = "__ubik_time";
@@ -85,238 +92,30 @@ pub struct Joined {
     pub completion: Vec<i64>,
 }
 
-/// The rows one side holds, in arrival order.
-struct Store {
-    schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-    at: Vec<(u32, u32)>,
-    times: Vec<i64>,
-    /// When each entry fires: its time, or its stamp if it came late.
-    effective: Vec<i64>,
-    keys: Vec<u32>,
-    alive: Vec<bool>,
-    /// False for an absent version (a deletion, or refused by the filter).
-    present: Vec<bool>,
-    /// Whether a right row has matched the entry (a LEFT interval join's left side).
-    matched: Vec<bool>,
-    live: usize,
-    /// Entries by key id (ids are dense).
-    by_key: Vec<Vec<u32>>,
-    /// A versioned table: per key, versions the watermark has replaced are dropped.
-    versioned: bool,
-    /// For a versioned table: (a version's time, its key) for keys holding
-    /// more than one version; once the watermark passes that time, the key
-    /// may hold a replaced version. Only those keys are visited.
-    supersede: TimeQueue,
-    /// Entries the watermark has not passed yet, by time.
-    unfired: TimeQueue,
-    /// Entries by the watermark at which they can be dropped.
-    expiry: TimeQueue,
-}
-
-impl Store {
-    fn new(schema: SchemaRef, versioned: bool) -> Self {
-        Self {
-            schema,
-            batches: Vec::new(),
-            at: Vec::new(),
-            times: Vec::new(),
-            effective: Vec::new(),
-            keys: Vec::new(),
-            alive: Vec::new(),
-            present: Vec::new(),
-            matched: Vec::new(),
-            live: 0,
-            by_key: Vec::new(),
-            versioned,
-            supersede: TimeQueue::default(),
-            unfired: TimeQueue::default(),
-            expiry: TimeQueue::default(),
-        }
-    }
-
-    fn push(
-        &mut self,
-        rows: RecordBatch,
-        times: &[i64],
-        effective: &[i64],
-        keys: &[u32],
-        present: Option<&[bool]>,
-        expiry: Option<&[i64]>,
-    ) {
-        let b = self.batches.len() as u32;
-        for (i, (&t, &k)) in times.iter().zip(keys).enumerate() {
-            let e = self.at.len() as u32;
-            self.at.push((b, i as u32));
-            self.times.push(t);
-            self.effective.push(effective[i]);
-            self.keys.push(k);
-            self.alive.push(true);
-            self.present.push(present.is_none_or(|p| p[i]));
-            self.matched.push(false);
-            if k != NULL_KEY {
-                if self.by_key.len() <= k as usize {
-                    self.by_key.resize_with(k as usize + 1, Vec::new);
-                }
-                let list = &mut self.by_key[k as usize];
-                list.push(e);
-                if self.versioned && list.len() > 1 {
-                    if list.len() == 2 {
-                        let first = list[0] as usize;
-                        self.supersede.push(self.times[first], k);
-                    }
-                    self.supersede.push(t, k);
-                }
-            }
-            self.unfired.push(effective[i], e);
-            if let Some(x) = expiry {
-                self.expiry.push(x[i], e);
-            }
-        }
-        self.live += times.len();
-        self.batches.push(rows);
-    }
-
-    /// Entries whose effective time the watermark has now passed (is
-    /// above), in that order.
-    fn take_fresh(&mut self, watermark: i64) -> Vec<u32> {
-        let mut fresh = Vec::new();
-        self.unfired.pop_before(watermark, |_, e| fresh.push(e));
-        fresh
-    }
-
-    /// Drops the entries whose expiry the watermark has passed; with
-    /// `unmatched`, collects those no row matched, with their expiry.
-    fn expire(&mut self, watermark: i64, mut unmatched: Option<&mut Vec<(u32, i64)>>) {
-        let Store {
-            expiry,
-            alive,
-            live,
-            matched,
-            ..
-        } = self;
-        expiry.pop_before(watermark, |x, e| {
-            if std::mem::replace(&mut alive[e as usize], false) {
-                *live -= 1;
-                if let Some(u) = unmatched.as_deref_mut().filter(|_| !matched[e as usize]) {
-                    u.push((e, x));
-                }
-            }
-        });
-    }
-
-    /// The alive rows, in arrival order, as one batch.
-    fn alive_rows(&self) -> Result<(RecordBatch, Vec<u32>)> {
-        let picked: Vec<u32> = (0..self.at.len() as u32)
-            .filter(|&e| self.alive[e as usize])
-            .collect();
-        let idx: Vec<(usize, usize)> = picked
-            .iter()
-            .map(|&e| {
-                let (b, r) = self.at[e as usize];
-                (b as usize, r as usize)
-            })
-            .collect();
-        let mut columns = Vec::with_capacity(self.schema.fields().len());
-        for c in 0..self.schema.fields().len() {
-            let arrays: Vec<&dyn Array> =
-                self.batches.iter().map(|b| b.column(c).as_ref()).collect();
-            columns.push(if arrays.is_empty() {
-                new_null_array(self.schema.field(c).data_type(), 0)
-            } else {
-                interleave(&arrays, &idx)?
-            });
-        }
-        let rows = RecordBatch::try_new_with_options(
-            Arc::clone(&self.schema),
-            columns,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(idx.len())),
-        )?;
-        Ok((rows, picked))
-    }
-
-    /// Rewrites the store with its alive rows only, when most are dead.
-    fn compact(&mut self) -> Result<()> {
-        let dead = self.at.len() - self.live;
-        if dead < 4096 || dead < self.live {
-            return Ok(());
-        }
-        let (rows, picked) = self.alive_rows()?;
-        let mut renumber = vec![u32::MAX; self.at.len()];
-        for (new, &old) in picked.iter().enumerate() {
-            renumber[old as usize] = new as u32;
-        }
-        let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
-        let effective: Vec<i64> = picked.iter().map(|&e| self.effective[e as usize]).collect();
-        let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
-        let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
-        let matched: Vec<bool> = picked.iter().map(|&e| self.matched[e as usize]).collect();
-        let mut unfired = std::mem::take(&mut self.unfired);
-        let mut expiry = std::mem::take(&mut self.expiry);
-        let kept = |e: u32| Some(renumber[e as usize]).filter(|&n| n != u32::MAX);
-        unfired.renumber(kept);
-        expiry.renumber(kept);
-        let schema = Arc::clone(&self.schema);
-        *self = Store::new(schema, self.versioned);
-        self.push(rows, &times, &effective, &keys, Some(&present), None);
-        self.matched = matched;
-        self.unfired = unfired;
-        self.expiry = expiry;
-        Ok(())
-    }
-
-    fn size(&self) -> usize {
-        self.batches
-            .iter()
-            .map(|b| b.get_array_memory_size())
-            .sum::<usize>()
-            + self.at.len() * 42
-            + self.by_key.len() * std::mem::size_of::<Vec<u32>>()
-    }
-
-    /// Gives the alive entries their keys' new ids (`renumber[old]`); dead
-    /// entries, never read again, lose theirs.
-    fn rekey(&mut self, renumber: &[u32]) {
-        let kept = renumber.iter().filter(|&&n| n != NULL_KEY).count();
-        let mut by_key: Vec<Vec<u32>> = vec![Vec::new(); kept];
-        for (e, k) in self.keys.iter_mut().enumerate() {
-            *k = match (*k, self.alive[e]) {
-                (old, true) if old != NULL_KEY => renumber[old as usize],
-                _ => NULL_KEY,
-            };
-            if *k != NULL_KEY {
-                by_key[*k as usize].push(e as u32);
-            }
-        }
-        // Keys are renumbered: every key with several versions is visited
-        // at the next firing.
-        self.supersede = TimeQueue::default();
-        if self.versioned {
-            for (k, list) in by_key.iter().enumerate() {
-                if list.len() > 1 {
-                    self.supersede.push(i64::MIN, k as u32);
-                }
-            }
-        }
-        self.by_key = by_key;
-    }
-}
-
 pub struct JoinOperator {
     plan: JoinPlan,
     /// How far behind its partition's watermark a stream row may still
     /// join: state is kept this much longer.
     retention: i64,
     schema: SchemaRef,
-    stores: [Store; 2],
+    stores: [SideRows; 2],
     interner: Interner,
     key_types: Vec<DataType>,
+    /// The state store behind a temporal join's versioned table, if any.
+    versions: Option<StoredVersions>,
 }
 
 impl JoinOperator {
     /// `schema` is the joined schema: the left side's columns, then the
-    /// right's; `retention` the join retention (see the module docs).
-    pub fn new(plan: &JoinPlan, schema: SchemaRef, retention: i64) -> Result<Self> {
+    /// right's; `retention` the join retention (see the module docs). With
+    /// `store` (a store and a table name prefix), a versioned table's
+    /// versions spill to it and checkpoint their changes there.
+    pub fn new(
+        plan: &JoinPlan,
+        schema: SchemaRef,
+        retention: i64,
+        store: Option<(&SharedStore, &str)>,
+    ) -> Result<Self> {
         let left = &plan.sides[0];
         let key_fields: Vec<Arc<Field>> = left
             .keys
@@ -330,12 +129,22 @@ impl JoinOperator {
                 )))
             })
             .collect::<Result<_>>()?;
+        let versions = match (plan.kind, store) {
+            (JoinKind::Temporal { table }, Some((store, path))) => StoredVersions::new(
+                store,
+                &format!("{path}versions"),
+                Arc::clone(&plan.sides[table].schema),
+                &key_fields,
+            )?,
+            _ => None,
+        };
         Ok(Self {
+            versions,
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
             interner: Interner::new(&key_fields)?,
             stores: [0, 1].map(|s| {
                 let versioned = matches!(plan.kind, JoinKind::Temporal { table } if table == s);
-                Store::new(Arc::clone(&plan.sides[s].schema), versioned)
+                SideRows::new(Arc::clone(&plan.sides[s].schema), versioned)
             }),
             plan: plan.clone(),
             retention: retention.max(0),
@@ -378,6 +187,20 @@ impl JoinOperator {
                 }
             })
             .collect();
+        let table = self.table_side();
+        if let Some(v) = self.versions.as_mut() {
+            v.grow(self.interner.len());
+            v.touch(&keys);
+            if Some(side) == table {
+                // A key's stored versions come back before its next one:
+                // versions of one time keep their arrival order.
+                let unloaded = v.unloaded(keys.iter().copied());
+                self.load_versions(&unloaded)?;
+                if let Some(v) = self.versions.as_mut() {
+                    v.changed(keys.iter().copied());
+                }
+            }
+        }
         let effective: Vec<i64> = match stamps {
             Some(stamps) => times.iter().zip(stamps).map(|(&t, &s)| t.max(s)).collect(),
             None => times.to_vec(),
@@ -418,6 +241,127 @@ impl JoinOperator {
         Ok(())
     }
 
+    /// The versioned table's side of a temporal join.
+    fn table_side(&self) -> Option<usize> {
+        match self.plan.kind {
+            JoinKind::Temporal { table } => Some(table),
+            JoinKind::Interval { .. } => None,
+        }
+    }
+
+    /// Reads the stored versions of keys `ids` (not in memory) back in.
+    fn load_versions(&mut self, ids: &[u32]) -> Result<()> {
+        let (Some(table), Some(v)) = (self.table_side(), self.versions.as_mut()) else {
+            return Ok(());
+        };
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let groups: Vec<usize> = ids.iter().map(|&k| k as usize).collect();
+        let key_columns = self.interner.keys(&groups)?;
+        let loaded = v.load(ids, &key_columns)?;
+        if loaded.rows.num_rows() > 0 {
+            let keys: Vec<u32> = loaded.probe.iter().map(|&p| ids[p]).collect();
+            self.stores[table].push(
+                loaded.rows,
+                &loaded.times,
+                &loaded.effective,
+                &keys,
+                Some(&loaded.present),
+                None,
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the versions of keys `ids` to the store; returns the bytes written.
+    fn write_versions(&mut self, ids: &[u32]) -> Result<u64> {
+        let (Some(table), Some(v)) = (self.table_side(), self.versions.as_mut()) else {
+            return Ok(0);
+        };
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let store = &self.stores[table];
+        let mut entries = Vec::new();
+        let mut counts = Vec::with_capacity(ids.len());
+        for &k in ids {
+            let list = store.by_key.get(k as usize).map_or(&[][..], Vec::as_slice);
+            let before = entries.len();
+            entries.extend(list.iter().copied().filter(|&e| store.alive[e as usize]));
+            counts.push(entries.len() - before);
+        }
+        let rows = store.gather(&entries)?;
+        let pick = |of: &[i64]| -> Vec<i64> { entries.iter().map(|&e| of[e as usize]).collect() };
+        let (times, effective) = (pick(&store.times), pick(&store.effective));
+        let present: Vec<bool> = entries.iter().map(|&e| store.present[e as usize]).collect();
+        let groups: Vec<usize> = ids.iter().map(|&k| k as usize).collect();
+        let keys = self.interner.keys(&groups)?;
+        v.write(keys, &counts, &rows, &times, &effective, &present)
+    }
+
+    /// Writes the versions changed since they were last written.
+    fn persist_versions(&mut self) -> Result<u64> {
+        let Some(v) = self.versions.as_mut() else {
+            return Ok(0);
+        };
+        let changed = v.take_changed();
+        self.write_versions(&changed)
+    }
+
+    /// After the state store was restored: keys not in memory may be in it.
+    pub fn restored(&mut self) -> Result<()> {
+        match self.versions.as_mut() {
+            Some(v) => v.restored(),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes the versioned table holds in memory (what [`Self::spill`] can move).
+    pub fn spillable(&self) -> usize {
+        match (self.table_side(), &self.versions) {
+            (Some(table), Some(v)) => self.stores[table].size() + v.size(),
+            _ => 0,
+        }
+    }
+
+    /// Moves the least recently used keys' versions to the store until
+    /// about `target` bytes of the versioned table are held, writing those
+    /// changed since they were last written.
+    pub fn spill(&mut self, target: usize) -> Result<Evicted> {
+        let held = self.spillable();
+        let (Some(table), Some(v)) = (self.table_side(), self.versions.as_ref()) else {
+            return Ok(Evicted::default());
+        };
+        if held <= target {
+            return Ok(Evicted::default());
+        }
+        let store = &self.stores[table];
+        let candidates: Vec<u32> = (0..store.by_key.len() as u32)
+            .filter(|&k| !store.by_key[k as usize].is_empty())
+            .collect();
+        let keep = (candidates.len() as f64 * (target as f64 / held as f64)) as usize;
+        let victims = v.victims(&candidates, keep);
+        let written: Vec<u32> = victims
+            .iter()
+            .copied()
+            .filter(|&k| v.is_changed(k))
+            .collect();
+        let bytes_written = self.write_versions(&written)?;
+        for &k in &victims {
+            self.stores[table].forget_key(k);
+        }
+        if let Some(v) = self.versions.as_mut() {
+            v.evicted(&victims);
+        }
+        self.stores[table].compact_now()?;
+        Ok(Evicted {
+            groups: victims.len(),
+            written: written.len(),
+            bytes_written,
+        })
+    }
+
     /// Marks every row before `watermark` as fired without emitting
     /// (after a restore: those rows were emitted before the checkpoint).
     pub fn skip_fired(&mut self, watermark: i64) {
@@ -431,7 +375,16 @@ impl JoinOperator {
         let mut pairs: Vec<(u32, Option<u32>, i64)> = Vec::new();
         match self.plan.kind {
             JoinKind::Interval { lo, hi } => self.interval_pairs(watermark, lo, hi, &mut pairs),
-            JoinKind::Temporal { table } => self.temporal_pairs(watermark, table, &mut pairs),
+            JoinKind::Temporal { table } => {
+                let fresh = self.stores[1 - table].take_fresh(watermark);
+                if let Some(v) = &self.versions {
+                    // A probed key's versions come back before it is probed.
+                    let keys = &self.stores[1 - table].keys;
+                    let unloaded = v.unloaded(fresh.iter().map(|&e| keys[e as usize]));
+                    self.load_versions(&unloaded)?;
+                }
+                self.temporal_pairs(&fresh, watermark, table, &mut pairs)
+            }
         }
         let mut parts = Vec::with_capacity(2);
         if let Some(part) = self.matching(&pairs)? {
@@ -483,6 +436,15 @@ impl JoinOperator {
                 }
             }
         }
+        if let Some(v) = &self.versions {
+            // A key whose versions were all dropped still owes its write.
+            for k in 0..interned as u32 {
+                if v.is_changed(k) && renumber[k as usize] == NULL_KEY {
+                    renumber[k as usize] = kept.len() as u32;
+                    kept.push(k as usize);
+                }
+            }
+        }
         let values = self.interner.keys(&kept)?;
         let mut fresh = Interner::new(self.interner.fields())?;
         let mut groups = Vec::with_capacity(kept.len());
@@ -491,6 +453,9 @@ impl JoinOperator {
         self.interner = fresh;
         for store in &mut self.stores {
             store.rekey(&renumber);
+        }
+        if let Some(v) = self.versions.as_mut() {
+            v.renumber(&renumber, kept.len());
         }
         Ok(())
     }
@@ -549,12 +514,19 @@ impl JoinOperator {
         }
     }
 
-    fn temporal_pairs(&mut self, wm: i64, table: usize, pairs: &mut Vec<(u32, Option<u32>, i64)>) {
+    /// Pairs of the stream rows `fresh` (their effective time just passed)
+    /// with the version valid at each one's time.
+    fn temporal_pairs(
+        &mut self,
+        fresh: &[u32],
+        wm: i64,
+        table: usize,
+        pairs: &mut Vec<(u32, Option<u32>, i64)>,
+    ) {
         let stream = 1 - table;
-        let fresh = self.stores[stream].take_fresh(wm);
         self.stores[table].take_fresh(wm);
         let (s, t) = (&self.stores[stream], &self.stores[table]);
-        for &a in &fresh {
+        for &a in fresh {
             let (ta, k) = (s.times[a as usize], s.keys[a as usize]);
             // A late stream row comes out at its stamp.
             let ea = s.effective[a as usize];
@@ -579,7 +551,7 @@ impl JoinOperator {
     /// Per key, drops the table's versions that the watermark has replaced:
     /// all but the latest before it (and every later one).
     fn drop_old_versions(&mut self, table: usize, wm: i64) {
-        let Store {
+        let SideRows {
             by_key,
             versioned,
             supersede,
@@ -595,6 +567,7 @@ impl JoinOperator {
         supersede.pop_before(wm, |_, k| due.push(k));
         due.sort_unstable();
         due.dedup();
+        let mut changed = Vec::new();
         for k in due {
             let Some(list) = by_key.get_mut(k as usize) else {
                 continue;
@@ -623,7 +596,11 @@ impl JoinOperator {
             }
             if dropped {
                 list.retain(|&v| alive[v as usize]);
+                changed.push(k);
             }
+        }
+        if let Some(v) = self.versions.as_mut() {
+            v.changed(changed);
         }
     }
 
@@ -722,60 +699,69 @@ impl JoinOperator {
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
 
-    /// Both sides' stored rows, each with its event time.
-    pub fn snapshot(&self) -> Result<Vec<(StateEntry, RecordBatch)>> {
+    /// Both sides' stored rows, each with its event time. With a durable
+    /// store, a versioned table's changed versions are written there
+    /// instead: the checkpoint refers to the store's files.
+    pub fn snapshot(&mut self) -> Result<Vec<(StateEntry, RecordBatch)>> {
+        let table = self.table_side();
         let mut out = Vec::with_capacity(2);
-        for (side, store) in self.stores.iter().enumerate() {
+        for side in 0..2 {
+            let entry = StateEntry::JoinSide(side as u8);
+            if let (true, Some(v)) = (Some(side) == table, &self.versions) {
+                if v.durable() {
+                    self.persist_versions()?;
+                    continue;
+                }
+                if v.cold() {
+                    out.push((entry, self.all_versions(side)?));
+                    continue;
+                }
+            }
+            let store = &self.stores[side];
             let (rows, picked) = store.alive_rows()?;
-            let times =
-                Int64Array::from_iter_values(picked.iter().map(|&e| store.times[e as usize]));
-            let present = arrow::array::BooleanArray::from_iter(
-                picked.iter().map(|&e| Some(store.present[e as usize])),
-            );
-            let mut fields = rows.schema().fields().to_vec();
-            let mut columns = rows.columns().to_vec();
-            if self.pads() && side == 0 {
-                let matched = arrow::array::BooleanArray::from_iter(
-                    picked.iter().map(|&e| Some(store.matched[e as usize])),
-                );
-                fields.push(Arc::new(Field::new(
-                    MATCHED_COLUMN,
-                    DataType::Boolean,
-                    false,
-                )));
-                columns.push(Arc::new(matched));
-            }
-            // Written only when a row came late: on-time rows need none.
-            let late = picked
-                .iter()
-                .any(|&e| store.effective[e as usize] != store.times[e as usize]);
-            if late {
-                let effective = Int64Array::from_iter_values(
-                    picked.iter().map(|&e| store.effective[e as usize]),
-                );
-                fields.push(Arc::new(Field::new(
-                    EFFECTIVE_COLUMN,
-                    DataType::Int64,
-                    false,
-                )));
-                columns.push(Arc::new(effective));
-            }
-            fields.push(Arc::new(Field::new(
-                PRESENT_COLUMN,
-                DataType::Boolean,
-                false,
-            )));
-            fields.push(Arc::new(Field::new(TIME_COLUMN, DataType::Int64, false)));
-            columns.push(Arc::new(present));
-            columns.push(Arc::new(times));
-            let batch = RecordBatch::try_new_with_options(
-                Arc::new(Schema::new(fields)),
-                columns,
-                &arrow::array::RecordBatchOptions::new().with_row_count(Some(picked.len())),
+            let pick =
+                |of: &[i64]| -> Vec<i64> { picked.iter().map(|&e| of[e as usize]).collect() };
+            let flags =
+                |of: &[bool]| -> Vec<bool> { picked.iter().map(|&e| of[e as usize]).collect() };
+            let matched = (self.pads() && side == 0).then(|| flags(&store.matched));
+            let batch = side_batch(
+                rows,
+                pick(&store.times),
+                pick(&store.effective),
+                flags(&store.present),
+                matched,
             )?;
-            out.push((StateEntry::JoinSide(side as u8), batch));
+            out.push((entry, batch));
         }
         Ok(out)
+    }
+
+    /// Every version of the table on `side`, those in the store too (after
+    /// writing the changed ones there), as a snapshot batch.
+    fn all_versions(&mut self, side: usize) -> Result<RecordBatch> {
+        self.persist_versions()?;
+        let store = &self.stores[side];
+        // Versions with a null key are never stored (they match nothing).
+        let unkeyed: Vec<u32> = (0..store.keys.len() as u32)
+            .filter(|&e| store.alive[e as usize] && store.keys[e as usize] == NULL_KEY)
+            .collect();
+        let mut parts = vec![store.gather(&unkeyed)?];
+        let mut times: Vec<i64> = unkeyed.iter().map(|&e| store.times[e as usize]).collect();
+        let mut effective: Vec<i64> = unkeyed
+            .iter()
+            .map(|&e| store.effective[e as usize])
+            .collect();
+        let mut present: Vec<bool> = unkeyed.iter().map(|&e| store.present[e as usize]).collect();
+        let v = self.versions.as_mut().expect("cold versions have a store");
+        v.scan(|loaded| {
+            parts.push(loaded.rows);
+            times.extend(loaded.times);
+            effective.extend(loaded.effective);
+            present.extend(loaded.present);
+            Ok(())
+        })?;
+        let rows = arrow::compute::concat_batches(&self.stores[side].schema, &parts)?;
+        side_batch(rows, times, effective, present, None)
     }
 
     /// Restores the stored rows of one side from [`Self::snapshot`].
@@ -825,12 +811,50 @@ impl JoinOperator {
     }
 
     pub fn state_size(&self) -> usize {
-        self.stores.iter().map(Store::size).sum::<usize>() + self.interner.size()
+        self.stores.iter().map(SideRows::size).sum::<usize>()
+            + self.interner.size()
+            + self.versions.as_ref().map_or(0, StoredVersions::size)
     }
 
     pub fn state_rows(&self) -> usize {
         self.stores.iter().map(|s| s.live).sum()
     }
+}
+
+/// A snapshot batch of one side's rows: their columns, then the
+/// bookkeeping columns [matched?, effective?, present, time].
+fn side_batch(
+    rows: RecordBatch,
+    times: Vec<i64>,
+    effective: Vec<i64>,
+    present: Vec<bool>,
+    matched: Option<Vec<bool>>,
+) -> Result<RecordBatch> {
+    let n = rows.num_rows();
+    let mut fields = rows.schema().fields().to_vec();
+    let mut columns = rows.columns().to_vec();
+    let mut add = |name: &str, column: ArrayRef| {
+        fields.push(Arc::new(Field::new(
+            name,
+            column.data_type().clone(),
+            false,
+        )));
+        columns.push(column);
+    };
+    if let Some(matched) = matched {
+        add(MATCHED_COLUMN, Arc::new(BooleanArray::from(matched)));
+    }
+    // Written only when a row came late: on-time rows need none.
+    if effective.iter().zip(&times).any(|(e, t)| e != t) {
+        add(EFFECTIVE_COLUMN, Arc::new(Int64Array::from(effective)));
+    }
+    add(PRESENT_COLUMN, Arc::new(BooleanArray::from(present)));
+    add(TIME_COLUMN, Arc::new(Int64Array::from(times)));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+    )?)
 }
 
 /// The order rows are emitted in: by completion time, rows completing

@@ -132,7 +132,7 @@ impl JoinNode {
             };
         }
         Ok(Self {
-            operator: JoinOperator::new(plan, schema, options.join_retention_us)?,
+            operator: JoinOperator::new(plan, schema, options.join_retention_us, store)?,
             plan: plan.clone(),
             feeds,
         })
@@ -468,6 +468,8 @@ impl JoinNode {
     }
 
     fn restore_entries(&mut self, entries: Vec<(StateEntry, RecordBatch)>) -> Result<()> {
+        // The store is restored first: keys seen from now on may be in it.
+        self.operator.restored()?;
         let mut per_side: [Vec<(StateEntry, RecordBatch)>; 2] = [Vec::new(), Vec::new()];
         for (entry, batch) in entries {
             match entry {
@@ -494,30 +496,33 @@ impl JoinNode {
         Ok(())
     }
 
-    /// Moves the side aggregations' cold state to the store until about
-    /// `target` bytes of theirs are held (each keeping its share); the
-    /// join's own rows stay in memory.
+    /// Moves cold state to the store until about `target` bytes of it are
+    /// held, each part keeping its share: a versioned table's versions and
+    /// the side aggregations' groups. Stream rows stay in memory (the
+    /// watermark bounds them).
     pub fn spill(&mut self, target: usize) -> Result<Evicted> {
+        let own = self.operator.spillable();
         let sizes: Vec<usize> = self.feeds.iter().map(Feed::spillable).collect();
-        let held: usize = sizes.iter().sum();
+        let held: usize = own + sizes.iter().sum::<usize>();
         let mut done = Evicted::default();
         if held <= target {
             return Ok(done);
         }
+        let share = |size: usize| (target as f64 * size as f64 / held as f64) as usize;
+        done += self.operator.spill(share(own))?;
         for (feed, size) in self.feeds.iter_mut().zip(sizes) {
-            let share = (target as f64 * size as f64 / held as f64) as usize;
             done += match feed {
                 Feed::Rows => Evicted::default(),
-                Feed::Windows(op) => op.spill(share)?,
-                Feed::Join(node) => node.spill(share)?,
+                Feed::Windows(op) => op.spill(share(size))?,
+                Feed::Join(node) => node.spill(share(size))?,
             };
         }
         Ok(done)
     }
 
-    /// Bytes of the side aggregations' state (what [`Self::spill`] can move).
+    /// Bytes of the state [`Self::spill`] can move.
     pub fn spillable(&self) -> usize {
-        self.feeds.iter().map(Feed::spillable).sum()
+        self.operator.spillable() + self.feeds.iter().map(Feed::spillable).sum::<usize>()
     }
 
     pub fn state_size(&self) -> usize {

@@ -7,6 +7,8 @@ pub mod emit;
 pub mod eval;
 pub mod join;
 pub mod join_node;
+mod join_rows;
+mod join_versions;
 pub mod over;
 pub mod rank;
 pub mod regroup;

@@ -1,0 +1,182 @@
+//! A temporal join's versioned table on the state store: under a memory
+//! budget its keys' versions go to the store and come back when probed,
+//! with the same joined rows as in memory; a checkpoint writes the
+//! versions that changed, not the table.
+
+use arrow::array::RecordBatch;
+use ubik_engine::progress::partition_id;
+use ubik_engine::ubik_state::{StateStore, StoreOptions};
+use ubik_engine::{
+    Catalog, Output, Query, QueryOptions, QueryPlan, QuerySnapshot, SharedStore, StateOptions,
+    plan_query,
+};
+
+const SQL: &str = "SELECT s.k, s.ts, v.ts AS version_ts, v.expires \
+                   FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts AS v ON s.k = v.k";
+
+mod keyed_rows;
+
+use keyed_rows::{rows, schema};
+
+fn plan() -> QueryPlan {
+    let catalog = Catalog::new()
+        .with_table("s", schema())
+        .with_table("t", schema());
+    let options = QueryOptions {
+        lateness_us: 0,
+        // The version time, among the two TIMESTAMP columns.
+        event_time: Some("ts".into()),
+        ..QueryOptions::default()
+    };
+    plan_query(SQL, &catalog, options).unwrap()
+}
+
+const KEYS: i64 = 20_000;
+const STEP: i64 = 1000;
+
+/// The table versions key i mod KEYS at i ms (every key every 20 s); the
+/// stream probes keys spread over all of them, so most probes find a key
+/// whose versions left memory long ago.
+fn feed(query: &mut Query, plan: &QueryPlan, from: i64, out: &mut Output) {
+    let [s, t] = ["s", "t"].map(|n| partition_id(plan.source_index(n).unwrap(), 0));
+    query
+        .process(t, &rows(from, from + STEP, |i| i % KEYS), out)
+        .unwrap();
+    query
+        .process(s, &rows(from, from + STEP, |i| (i * 7919) % KEYS), out)
+        .unwrap();
+}
+
+fn new_query(plan: &QueryPlan, store: Option<SharedStore>) -> Query {
+    let mut query = match store {
+        Some(store) => Query::with_state(
+            plan.clone(),
+            StateOptions {
+                store: Some(store),
+                memory: Some(1),
+            },
+        )
+        .unwrap(),
+        None => Query::new(plan.clone()).unwrap(),
+    };
+    for n in ["s", "t"] {
+        query.add_partition(partition_id(plan.source_index(n).unwrap(), 0));
+    }
+    query
+}
+
+fn printed(out: &Output) -> String {
+    let batches: Vec<RecordBatch> = out.changes.iter().map(|c| c.rows.clone()).collect();
+    arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
+}
+
+const ROWS: i64 = 60_000;
+
+#[test]
+fn a_versioned_table_spilled_after_every_batch_joins_the_same() {
+    let plan = plan();
+    let mut expected = Output::default();
+    let mut memory = new_query(&plan, None);
+    for from in (0..ROWS).step_by(STEP as usize) {
+        feed(&mut memory, &plan, from, &mut expected);
+    }
+    memory.finish(&mut expected).unwrap();
+    assert_eq!(memory.spill_stats().groups, 0);
+    let expected = printed(&expected);
+    assert!(expected.lines().count() > 50_000, "most stream rows join");
+
+    for durable in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || match durable {
+            true => {
+                SharedStore::durable(StateStore::open(dir.path(), StoreOptions::default()).unwrap())
+            }
+            false => SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default()),
+        };
+        // A checkpoint halfway, then a new query (a restarted process)
+        // restored from it.
+        let mut out = Output::default();
+        let mut query = new_query(&plan, Some(open()));
+        for from in (0..ROWS / 2).step_by(STEP as usize) {
+            feed(&mut query, &plan, from, &mut out);
+        }
+        let spilled = query.spill_stats().groups;
+        let snapshot = query.snapshot().unwrap().encode().unwrap();
+        drop(query);
+        let mut query = new_query(&plan, Some(open()));
+        query
+            .restore(QuerySnapshot::decode(&snapshot).unwrap())
+            .unwrap();
+        for from in (ROWS / 2..ROWS).step_by(STEP as usize) {
+            feed(&mut query, &plan, from, &mut out);
+        }
+        query.finish(&mut out).unwrap();
+        assert!(
+            spilled > 10_000,
+            "{spilled} keys spilled (durable: {durable})"
+        );
+        assert!(query.spill_stats().groups > 10_000);
+        assert_eq!(printed(&out), expected, "durable store: {durable}");
+    }
+}
+
+/// The bytes a checkpoint writes: its snapshot, and what it adds to the store.
+fn checkpoint_bytes(query: &mut Query) -> usize {
+    let before = store_bytes(query);
+    let snapshot = query.snapshot().unwrap().encode().unwrap().len();
+    snapshot + (store_bytes(query) - before) as usize
+}
+
+fn store_bytes(query: &Query) -> u64 {
+    query
+        .store()
+        .and_then(|s| s.if_open(|s| s.stats().bytes_written))
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_checkpoint_writes_the_versions_that_changed() {
+    let plan = plan();
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        SharedStore::durable(StateStore::open(dir.path(), StoreOptions::default()).unwrap());
+    let mut query = Query::with_state(
+        plan.clone(),
+        StateOptions {
+            store: Some(store),
+            memory: None,
+        },
+    )
+    .unwrap();
+    let [s, t] = ["s", "t"].map(|n| partition_id(plan.source_index(n).unwrap(), 0));
+    query.add_partition(s);
+    query.add_partition(t);
+    let mut out = Output::default();
+    // 100 000 keys' first versions, then 100 keys' second ones.
+    for from in (0..100_000).step_by(STEP as usize) {
+        query
+            .process(t, &rows(from, from + STEP, |i| i), &mut out)
+            .unwrap();
+        query
+            .process(s, &rows(from, from + STEP, |i| i), &mut out)
+            .unwrap();
+    }
+    let whole = checkpoint_bytes(&mut query);
+    query
+        .process(t, &rows(100_000, 100_100, |i| i - 100_000), &mut out)
+        .unwrap();
+    query
+        .process(s, &rows(100_000, 100_100, |i| i), &mut out)
+        .unwrap();
+    let change = checkpoint_bytes(&mut query);
+    assert!(
+        whole > 1_000_000,
+        "the first checkpoint wrote {whole} bytes"
+    );
+    assert!(
+        change * 50 < whole,
+        "a checkpoint after 100 new versions wrote {change} bytes, the first {whole}"
+    );
+}
