@@ -19,8 +19,7 @@ PROCS=${2:-"1 2 4"}
 MODES=${3:-"keyed spread"}
 source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
-JSONL=$CACHE/events-$N.jsonl
-[[ -s $JSONL ]] || "$PY" bench/peers.py make-jsonl "$N" "$JSONL"
+JSONL=$(events_jsonl "$N")
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT

@@ -15,8 +15,7 @@ ROUNDS=${2:-3}
 PARTS=${3:-4}
 source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
-JSONL=$CACHE/events-$N.jsonl
-[[ -s $JSONL ]] || "$PY" bench/peers.py make-jsonl "$N" "$JSONL"
+JSONL=$(events_jsonl "$N")
 RUN=$(date +%s)-$$
 IN=bench-in-$RUN
 WORK=$(mktemp -d)

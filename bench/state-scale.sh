@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows versions"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows joins"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -27,13 +27,14 @@
 #             WINDOW_BUDGET (default 512MiB), the same changelog bytes; then one 1-hour window
 #             over CKPT_WINDOW_KEYS (default 1 M) keys, checkpointed every 5% of the keys' worth
 #             of events: bytes and ms per checkpoint against the build before
-# versions    Nexmark q20 (each bid joined with its auction as of the bid: a versioned table
-#             holding every auction seen) over VERSION_EVENTS (default 20 M) events, a checkpoint
-#             every 5% of them: wall, peak RSS, bytes and ms per checkpoint against the build
-#             before; then --state-memory VERSION_BUDGET (default 64MiB): the same changelog bytes
+# joins       Nexmark q9 (an interval join holding every open auction and its bids) and q20 (each
+#             bid joined with its auction as of the bid: a versioned table holding every auction
+#             seen) over JOIN_EVENTS (default 20 M) events, a checkpoint every 5% of them: wall,
+#             peak RSS, bytes and ms per checkpoint against the build before, the same changelog
+#             bytes; then q20 under --state-memory VERSION_BUDGET (default 64MiB): the same bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows versions"}
+SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows joins"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -165,27 +166,30 @@ PY
     cmp "$WORK/q18-after.jsonl" "$WORK/q18-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q18-spill.jsonl") records)"
     ;;
-  versions)
-    N=${VERSION_EVENTS:-20000000}
+  joins)
+    N=${JOIN_EVENTS:-20000000}
     B=${VERSION_BUDGET:-64MiB}
     STEP=$((N / 20))
     nexmark=(--from "nexmark://bid?events=$N" --from "nexmark://auction?events=$N")
-    echo "== Nexmark q20 (a versioned table of every auction), $N events, a checkpoint every $STEP events"
-    echo "| run | wall | peak RSS | written per checkpoint (median) | ms per checkpoint (median) |"
-    echo "|---|---|---|---|---|"
-    for build in $(builds); do
-      rm -rf "$WORK/vck"
-      read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=bench/nexmark/q20.sql \
-        run "$(bin_of "$build")" "$WORK/q20-$build.jsonl" "${nexmark[@]}" --checkpoint "$WORK/vck" \
-        --checkpoint-every "$STEP" --checkpoint-interval 1h 2> "$WORK/vck-$build.log")
-      read -r w ms < <(checkpoint_medians "$WORK/vck-$build.log")
-      awk -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
-        'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d |\n", b, s, rss, w / 1e6, ms }'
+    echo "== Nexmark q9 (interval join) and q20 (a versioned table of every auction), $N events, a checkpoint every $STEP events"
+    echo "| query | run | wall | peak RSS | written per checkpoint (median) | ms per checkpoint (median) |"
+    echo "|---|---|---|---|---|---|"
+    for q in q9 q20; do
+      for build in $(builds); do
+        rm -rf "$WORK/jck"
+        read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=bench/nexmark/$q.sql \
+          run "$(bin_of "$build")" "$WORK/$q-$build.jsonl" "${nexmark[@]}" --checkpoint "$WORK/jck" \
+          --checkpoint-every "$STEP" --checkpoint-interval 1h 2> "$WORK/jck-$build.log")
+        read -r w ms < <(checkpoint_medians "$WORK/jck-$build.log")
+        awk -v q="$q" -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
+          'BEGIN { printf "| %s | %s | %ss | %s MB | %.1f MB | %d |\n", q, b, s, rss, w / 1e6, ms }'
+      done
+      [[ -f $WORK/$q-before.jsonl ]] && cmp "$WORK/$q-before.jsonl" "$WORK/$q-after.jsonl"
     done
-    rm -rf "$WORK/vck"
+    rm -rf "$WORK/jck"
     read -r s rss < <(QUERY_FILE=bench/nexmark/q20.sql run "$UBIK" "$WORK/q20-spill.jsonl" "${nexmark[@]}" \
-      --state-memory "$B" --checkpoint "$WORK/vck" --checkpoint-every "$STEP" --checkpoint-interval 1h 2> /dev/null)
-    echo "| after, --state-memory $B | ${s}s | ${rss} MB | | |"
+      --state-memory "$B" --checkpoint "$WORK/jck" --checkpoint-every "$STEP" --checkpoint-interval 1h 2> /dev/null)
+    echo "| q20 | after, --state-memory $B | ${s}s | ${rss} MB | | |"
     cmp "$WORK/q20-after.jsonl" "$WORK/q20-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q20-spill.jsonl") records)"
     ;;

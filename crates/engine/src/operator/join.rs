@@ -58,6 +58,7 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{EngineError, Result};
 use crate::operator::eval::{eval_array, eval_predicate};
+use crate::operator::join_log::RowLog;
 use crate::operator::join_rows::SideRows;
 use crate::operator::join_versions::StoredVersions;
 use crate::plan::{JoinKind, JoinPlan};
@@ -103,6 +104,8 @@ pub struct JoinOperator {
     key_types: Vec<DataType>,
     /// The state store behind a temporal join's versioned table, if any.
     versions: Option<StoredVersions>,
+    /// Per side, its rows in a durable store (not a versioned table's).
+    logs: [Option<RowLog>; 2],
 }
 
 impl JoinOperator {
@@ -138,8 +141,28 @@ impl JoinOperator {
             )?,
             _ => None,
         };
+        let table = match plan.kind {
+            JoinKind::Temporal { table } => Some(table),
+            JoinKind::Interval { .. } => None,
+        };
+        let pads = plan.left_outer && table.is_none();
+        let mut logs = [None, None];
+        if let Some((store, path)) = store.filter(|(s, _)| s.is_durable()) {
+            for (s, log) in logs.iter_mut().enumerate() {
+                if Some(s) != table {
+                    let name = format!("{path}rows/{s}");
+                    *log = Some(RowLog::new(
+                        store,
+                        &name,
+                        &plan.sides[s].schema,
+                        pads && s == 0,
+                    )?);
+                }
+            }
+        }
         Ok(Self {
             versions,
+            logs,
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
             interner: Interner::new(&key_fields)?,
             stores: [0, 1].map(|s| {
@@ -362,6 +385,35 @@ impl JoinOperator {
         })
     }
 
+    /// After a restore from a durable store: reads back the rows the sides
+    /// held at the checkpoint, whose watermark was `watermark`.
+    pub fn read_logs(&mut self, watermark: i64) -> Result<()> {
+        for side in 0..2 {
+            let Some(log) = self.logs[side].as_mut() else {
+                continue;
+            };
+            let logged = log.read(watermark)?;
+            if logged.seq.is_empty() {
+                continue;
+            }
+            let first = self.stores[side].seq.len();
+            // Effective times stand in for stamps: the later of a row's time
+            // and its stamp is its effective time.
+            self.insert(
+                side,
+                logged.rows,
+                &logged.times,
+                Some(&logged.effective),
+                Some(&logged.present),
+            )?;
+            let rows = &mut self.stores[side];
+            rows.seq[first..].copy_from_slice(&logged.seq);
+            rows.matched[first..].copy_from_slice(&logged.matched);
+            rows.next_seq = rows.next_seq.max(logged.seq.last().map_or(0, |s| s + 1));
+        }
+        Ok(())
+    }
+
     /// Marks every row before `watermark` as fired without emitting
     /// (after a restore: those rows were emitted before the checkpoint).
     pub fn skip_fired(&mut self, watermark: i64) {
@@ -404,6 +456,9 @@ impl JoinOperator {
         let out = self.emit(parts)?;
         for s in 0..2 {
             self.stores[s].expire(watermark, None);
+            if let Some(log) = self.logs[s].as_mut() {
+                log.expired(watermark);
+            }
         }
         if let JoinKind::Temporal { table } = self.plan.kind {
             // A future stream row is at most the retention behind.
@@ -627,8 +682,12 @@ impl JoinOperator {
         if self.pads() {
             let store = &mut self.stores[0];
             for (i, p) in pairs.iter().enumerate() {
-                if keep.as_ref().is_none_or(|k| k.value(i)) && p.1.is_some() {
-                    store.matched[p.0 as usize] = true;
+                let e = p.0 as usize;
+                if keep.as_ref().is_none_or(|k| k.value(i)) && p.1.is_some() && !store.matched[e] {
+                    store.matched[e] = true;
+                    if let Some(log) = self.logs[0].as_mut() {
+                        log.matched(store.seq[e], store.expires[e]);
+                    }
                 }
             }
         }
@@ -707,6 +766,10 @@ impl JoinOperator {
         let mut out = Vec::with_capacity(2);
         for side in 0..2 {
             let entry = StateEntry::JoinSide(side as u8);
+            if let Some(log) = self.logs[side].as_mut() {
+                log.checkpoint(&self.stores[side])?;
+                continue;
+            }
             if let (true, Some(v)) = (Some(side) == table, &self.versions) {
                 if v.durable() {
                     self.persist_versions()?;

@@ -431,13 +431,15 @@ impl JoinNode {
 
     /// After a restore: marks every row the tree emitted before the
     /// checkpoint (taken at query watermark `fired`) as fired.
-    fn skip_fired(&mut self, fired: i64) {
+    fn skip_fired(&mut self, fired: i64) -> Result<()> {
+        self.operator.read_logs(self.own_watermark(fired))?;
         self.operator.skip_fired(self.own_watermark(fired));
         for feed in &mut self.feeds {
             if let Feed::Join(inner) = feed {
-                inner.skip_fired(fired);
+                inner.skip_fired(fired)?;
             }
         }
+        Ok(())
     }
 
     /// The tree's state: this join's stored rows (`join/<side>`), and each
@@ -463,8 +465,7 @@ impl JoinNode {
     /// watermark had fired up to `fired`.
     pub fn restore(&mut self, entries: Vec<(StateEntry, RecordBatch)>, fired: i64) -> Result<()> {
         self.restore_entries(entries)?;
-        self.skip_fired(fired);
-        Ok(())
+        self.skip_fired(fired)
     }
 
     fn restore_entries(&mut self, entries: Vec<(StateEntry, RecordBatch)>) -> Result<()> {

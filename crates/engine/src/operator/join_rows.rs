@@ -39,6 +39,12 @@ pub(super) struct SideRows {
     pub(super) unfired: TimeQueue,
     /// Entries by the watermark at which they can be dropped.
     pub(super) expiry: TimeQueue,
+    /// Each entry's expiry (`i64::MAX`: none).
+    pub(super) expires: Vec<i64>,
+    /// Each entry's sequence number: its place in the order rows arrived,
+    /// kept through compactions and restores (a row's key in the store).
+    pub(super) seq: Vec<u64>,
+    pub(super) next_seq: u64,
 }
 
 impl SideRows {
@@ -59,6 +65,9 @@ impl SideRows {
             supersede: TimeQueue::default(),
             unfired: TimeQueue::default(),
             expiry: TimeQueue::default(),
+            expires: Vec::new(),
+            seq: Vec::new(),
+            next_seq: 0,
         }
     }
 
@@ -99,6 +108,9 @@ impl SideRows {
             if let Some(x) = expiry {
                 self.expiry.push(x[i], e);
             }
+            self.expires.push(expiry.map_or(i64::MAX, |x| x[i]));
+            self.seq.push(self.next_seq);
+            self.next_seq += 1;
         }
         self.live += times.len();
         self.batches.push(rows);
@@ -202,6 +214,9 @@ impl SideRows {
         let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
         let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
         let matched: Vec<bool> = picked.iter().map(|&e| self.matched[e as usize]).collect();
+        let expires: Vec<i64> = picked.iter().map(|&e| self.expires[e as usize]).collect();
+        let seq: Vec<u64> = picked.iter().map(|&e| self.seq[e as usize]).collect();
+        let next_seq = self.next_seq;
         let mut unfired = std::mem::take(&mut self.unfired);
         let mut expiry = std::mem::take(&mut self.expiry);
         let kept = |e: u32| Some(renumber[e as usize]).filter(|&n| n != u32::MAX);
@@ -213,6 +228,9 @@ impl SideRows {
         self.matched = matched;
         self.unfired = unfired;
         self.expiry = expiry;
+        self.expires = expires;
+        self.seq = seq;
+        self.next_seq = next_seq;
         Ok(())
     }
 
@@ -221,7 +239,7 @@ impl SideRows {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>()
-            + self.at.len() * 42
+            + self.at.len() * 58
             + self.by_key.len() * std::mem::size_of::<Vec<u32>>()
     }
 

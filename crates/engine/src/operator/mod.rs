@@ -6,6 +6,7 @@ pub mod continuous;
 pub mod emit;
 pub mod eval;
 pub mod join;
+mod join_log;
 pub mod join_node;
 mod join_rows;
 mod join_versions;

@@ -1,7 +1,9 @@
-//! A temporal join's versioned table on the state store: under a memory
-//! budget its keys' versions go to the store and come back when probed,
-//! with the same joined rows as in memory; a checkpoint writes the
-//! versions that changed, not the table.
+//! A join's state on the state store. A temporal join's versioned table:
+//! under a memory budget its keys' versions go to the store and come back
+//! when probed, with the same joined rows as in memory, and a checkpoint
+//! writes the versions that changed, not the table. The rows a join holds
+//! for the watermark: a checkpoint writes those that arrived since the
+//! previous one, and a restore reads back the rest.
 
 use arrow::array::RecordBatch;
 use ubik_engine::progress::partition_id;
@@ -47,6 +49,7 @@ fn feed(query: &mut Query, plan: &QueryPlan, from: i64, out: &mut Output) {
         .unwrap();
 }
 
+/// A query over `plan` reading one partition of each of its two tables.
 fn new_query(plan: &QueryPlan, store: Option<SharedStore>) -> Query {
     let mut query = match store {
         Some(store) => Query::with_state(
@@ -59,8 +62,8 @@ fn new_query(plan: &QueryPlan, store: Option<SharedStore>) -> Query {
         .unwrap(),
         None => Query::new(plan.clone()).unwrap(),
     };
-    for n in ["s", "t"] {
-        query.add_partition(partition_id(plan.source_index(n).unwrap(), 0));
+    for source in 0..2 {
+        query.add_partition(partition_id(source, 0));
     }
     query
 }
@@ -178,5 +181,95 @@ fn a_checkpoint_writes_the_versions_that_changed() {
     assert!(
         change * 50 < whole,
         "a checkpoint after 100 new versions wrote {change} bytes, the first {whole}"
+    );
+}
+
+/// An interval LEFT join holding a minute of rows per side: left rows that
+/// find no right row come out padded when they expire.
+const INTERVAL: &str = "SELECT a.k, a.ts, b.ts AS b_ts FROM a LEFT JOIN b ON a.k = b.k \
+                        AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '60' SECOND";
+
+fn interval_plan() -> QueryPlan {
+    let catalog = Catalog::new()
+        .with_table("a", schema())
+        .with_table("b", schema());
+    let options = QueryOptions {
+        lateness_us: 0,
+        event_time: Some("ts".into()),
+        ..QueryOptions::default()
+    };
+    plan_query(INTERVAL, &catalog, options).unwrap()
+}
+
+/// Batch `from` of both sides: about one right row in the left row's
+/// minute has its key.
+fn feed_interval(query: &mut Query, plan: &QueryPlan, from: i64, out: &mut Output) {
+    let [a, b] = ["a", "b"].map(|n| partition_id(plan.source_index(n).unwrap(), 0));
+    query
+        .process(b, &rows(from, from + STEP, |i| (i * 7919) % 50_000), out)
+        .unwrap();
+    query
+        .process(a, &rows(from, from + STEP, |i| i % 50_000), out)
+        .unwrap();
+}
+
+#[test]
+fn checkpoints_write_the_rows_that_arrived_and_restores_read_the_rest() {
+    const N: i64 = 150_000;
+    let plan = interval_plan();
+    let mut expected = Output::default();
+    let mut memory = new_query(&plan, None);
+    let mut whole = Vec::new();
+    for from in (0..N).step_by(STEP as usize) {
+        feed_interval(&mut memory, &plan, from, &mut expected);
+        whole.push(memory.snapshot().unwrap().encode().unwrap().len());
+    }
+    memory.finish(&mut expected).unwrap();
+    let expected = printed(&expected);
+    assert!(expected.lines().count() > 100_000);
+
+    // A checkpoint after every batch, and every 20 batches a new query
+    // (a restarted process) restored from it.
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let mut query = Query::with_state(
+            plan.clone(),
+            StateOptions {
+                store: Some(SharedStore::durable(store)),
+                memory: None,
+            },
+        )
+        .unwrap();
+        for source in 0..2 {
+            query.add_partition(partition_id(source, 0));
+        }
+        query
+    };
+    let mut query = open();
+    let mut out = Output::default();
+    let mut written = Vec::new();
+    for (batch, from) in (0..N).step_by(STEP as usize).enumerate() {
+        feed_interval(&mut query, &plan, from, &mut out);
+        let before = store_bytes(&query);
+        let snapshot = query.snapshot().unwrap().encode().unwrap();
+        written.push(snapshot.len() + (store_bytes(&query) - before) as usize);
+        if batch % 20 == 19 {
+            drop(query);
+            query = open();
+            query
+                .restore(QuerySnapshot::decode(&snapshot).unwrap())
+                .unwrap();
+        }
+    }
+    query.finish(&mut out).unwrap();
+    assert_eq!(printed(&out), expected);
+    // Past the first minute each side holds about 60 000 rows, and a
+    // batch brings 1 000 (the first checkpoints after a restore write
+    // the restored rows anew: a restarted store owns no earlier files).
+    let (whole, written) = (whole[100], written[100..].iter().max().copied().unwrap());
+    assert!(
+        written * 10 < whole,
+        "a checkpoint wrote up to {written} bytes, the whole state is {whole}"
     );
 }

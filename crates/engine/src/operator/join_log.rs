@@ -1,0 +1,255 @@
+//! [`RowLog`]: a join side's rows in a durable state store, so that a
+//! checkpoint writes the rows that arrived since the previous one instead
+//! of every row the side holds.
+//!
+//! A side holds its rows until the watermark lets them go (an interval
+//! join's until no row of the other side can fall within bounds, a temporal
+//! join's stream rows until they fire): each row is written once, keyed by
+//! its sequence number, with its expiry; rows whose expiry the watermark
+//! passed count as deleted from then on (the store's expiry, so compaction
+//! drops them with no tombstones). A LEFT join's left rows that found a
+//! match are listed in a second table, since a row is written before it
+//! knows. Restoring reads back the rows alive at the checkpoint's
+//! watermark, in arrival order, and their matches. The rows stay in memory
+//! all along: this is about what a checkpoint costs, not about memory.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use ubik_state::TableId;
+
+use super::join_rows::SideRows;
+use crate::error::{EngineError, Result};
+use crate::state::SharedStore;
+use crate::time::MIN_TIME;
+
+/// The bookkeeping columns after a logged row's own: its time, effective
+/// time, presence and expiry.
+const BOOKKEEPING: [(&str, DataType); 4] = [
+    ("__ubik_time", DataType::Int64),
+    ("__ubik_effective", DataType::Int64),
+    ("__ubik_present", DataType::Boolean),
+    ("__ubik_expires", DataType::Int64),
+];
+
+/// Rows read back from the log, in arrival order.
+pub(super) struct Logged {
+    pub rows: RecordBatch,
+    pub times: Vec<i64>,
+    pub effective: Vec<i64>,
+    pub present: Vec<bool>,
+    pub seq: Vec<u64>,
+    /// Whether each row found a match (a LEFT join's left side).
+    pub matched: Vec<bool>,
+}
+
+pub(super) struct RowLog {
+    store: SharedStore,
+    /// The side's columns, then [`BOOKKEEPING`].
+    schema: SchemaRef,
+    side_columns: usize,
+    rows: TableId,
+    /// Sequence numbers of rows that found a match, with their expiry.
+    matches: Option<TableId>,
+    matches_schema: SchemaRef,
+    /// Rows with a lower sequence number are in the store.
+    logged: u64,
+    /// Matches found since the last checkpoint: (sequence number, expiry).
+    new_matches: Vec<(u64, i64)>,
+    /// Rows expiring before this watermark are gone.
+    expired_before: i64,
+}
+
+fn seq_keys(seq: impl Iterator<Item = u64>) -> BinaryArray {
+    BinaryArray::from_iter_values(seq.map(u64::to_be_bytes))
+}
+
+impl RowLog {
+    /// Tables `<name>` (and `<name>/matched` with `matches`) of a durable
+    /// `store`, for rows of `side_schema`.
+    pub fn new(
+        store: &SharedStore,
+        name: &str,
+        side_schema: &SchemaRef,
+        matches: bool,
+    ) -> Result<Self> {
+        let mut fields = side_schema.fields().to_vec();
+        fields.extend(
+            BOOKKEEPING
+                .iter()
+                .map(|(n, t)| Arc::new(Field::new(*n, t.clone(), false))),
+        );
+        let schema = Arc::new(Schema::new(fields));
+        let matched_schema = Arc::new(Schema::new(vec![Field::new(
+            "__ubik_expires",
+            DataType::Int64,
+            false,
+        )]));
+        let (rows, matches) = store.with(|s| {
+            let rows = s.table(name, Arc::clone(&schema))?;
+            let matches = match matches {
+                true => Some(s.table(&format!("{name}/matched"), Arc::clone(&matched_schema))?),
+                false => None,
+            };
+            Ok((rows, matches))
+        })?;
+        Ok(Self {
+            store: store.clone(),
+            schema,
+            side_columns: side_schema.fields().len(),
+            rows,
+            matches,
+            matches_schema: matched_schema,
+            logged: 0,
+            new_matches: Vec::new(),
+            expired_before: MIN_TIME,
+        })
+    }
+
+    /// The side's rows expiring before `watermark` were dropped.
+    pub fn expired(&mut self, watermark: i64) {
+        self.expired_before = self.expired_before.max(watermark);
+    }
+
+    /// Row `seq` (expiring at `expires`) found its first match.
+    pub fn matched(&mut self, seq: u64, expires: i64) {
+        self.new_matches.push((seq, expires));
+    }
+
+    /// Writes the rows of `side` that arrived since the last checkpoint,
+    /// and the matches found since; returns the bytes written.
+    pub fn checkpoint(&mut self, side: &SideRows) -> Result<u64> {
+        let first = side.seq.partition_point(|&s| s < self.logged);
+        let fresh: Vec<u32> = (first..side.seq.len())
+            .filter(|&e| side.alive[e])
+            .map(|e| e as u32)
+            .collect();
+        let mut written = 0;
+        let (rows_table, matches_table) = (self.rows, self.matches);
+        let through = self.expired_before.saturating_sub(1);
+        if !fresh.is_empty() {
+            let rows = side.gather(&fresh)?;
+            let pick = |of: &[i64]| -> ArrayRef {
+                Arc::new(Int64Array::from_iter_values(
+                    fresh.iter().map(|&e| of[e as usize]),
+                ))
+            };
+            let mut columns = rows.columns().to_vec();
+            columns.push(pick(&side.times));
+            columns.push(pick(&side.effective));
+            columns.push(Arc::new(BooleanArray::from_iter(
+                fresh.iter().map(|&e| Some(side.present[e as usize])),
+            )));
+            columns.push(pick(&side.expires));
+            let batch = RecordBatch::try_new_with_options(
+                Arc::clone(&self.schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(fresh.len())),
+            )?;
+            let keys = seq_keys(fresh.iter().map(|&e| side.seq[e as usize]));
+            written += self
+                .store
+                .with(|s| Ok(s.write(rows_table, &keys, &batch, None)?))?;
+        }
+        let new_matches = std::mem::take(&mut self.new_matches);
+        let expires_column = self.side_columns + 3;
+        let matches_schema = Arc::clone(&self.matches_schema);
+        written += self.store.with(|s| {
+            let mut written = 0;
+            if through > MIN_TIME {
+                s.set_expiry(rows_table, expires_column, through)?;
+            }
+            if let Some(table) = matches_table {
+                if !new_matches.is_empty() {
+                    let keys = seq_keys(new_matches.iter().map(|m| m.0));
+                    let expires = Int64Array::from_iter_values(new_matches.iter().map(|m| m.1));
+                    let batch = RecordBatch::try_new(matches_schema, vec![Arc::new(expires)])?;
+                    written += s.write(table, &keys, &batch, None)?;
+                }
+                if through > MIN_TIME {
+                    s.set_expiry(table, 0, through)?;
+                }
+            }
+            Ok(written)
+        })?;
+        self.logged = side.next_seq;
+        Ok(written)
+    }
+
+    /// The rows alive at a checkpoint whose watermark was `watermark` (those
+    /// expiring before it were gone), in arrival order.
+    pub fn read(&mut self, watermark: i64) -> Result<Logged> {
+        let (rows_table, matches_table) = (self.rows, self.matches);
+        let (parts, matched_seqs) = self.store.with(|s| {
+            let mut parts = Vec::new();
+            let mut scan = s.scan(rows_table)?;
+            while let Some((keys, rows)) = scan.next_batch()? {
+                parts.push((keys, rows));
+            }
+            let mut matched = Vec::new();
+            if let Some(table) = matches_table {
+                let mut scan = s.scan(table)?;
+                while let Some((keys, _)) = scan.next_batch()? {
+                    for key in keys.iter().flatten() {
+                        matched.push(seq_of(key)?);
+                    }
+                }
+            }
+            Ok((parts, matched))
+        })?;
+        let n = self.side_columns;
+        let mut logged = Logged {
+            rows: RecordBatch::new_empty(Arc::new(
+                self.schema.project(&(0..n).collect::<Vec<_>>())?,
+            )),
+            times: Vec::new(),
+            effective: Vec::new(),
+            present: Vec::new(),
+            seq: Vec::new(),
+            matched: Vec::new(),
+        };
+        let mut batches = Vec::new();
+        for (keys, rows) in parts {
+            let expires = rows.column(n + 3).as_primitive::<Int64Type>();
+            let keep =
+                BooleanArray::from_iter(expires.values().iter().map(|&x| Some(x >= watermark)));
+            let rows = arrow::compute::filter_record_batch(&rows, &keep)?;
+            let keys = arrow::compute::filter(&keys, &keep)?;
+            let int64 = |c: usize| rows.column(c).as_primitive::<Int64Type>().values().to_vec();
+            logged.times.extend(int64(n));
+            logged.effective.extend(int64(n + 1));
+            logged.present.extend(
+                rows.column(n + 2)
+                    .as_boolean()
+                    .iter()
+                    .map(|p| p.unwrap_or(true)),
+            );
+            for key in keys.as_binary::<i32>().iter().flatten() {
+                logged.seq.push(seq_of(key)?);
+            }
+            batches.push(rows.project(&(0..n).collect::<Vec<_>>())?);
+        }
+        if !batches.is_empty() {
+            logged.rows = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
+        }
+        let mut matched_seqs = matched_seqs;
+        matched_seqs.sort_unstable();
+        logged.matched = logged
+            .seq
+            .iter()
+            .map(|s| matched_seqs.binary_search(s).is_ok())
+            .collect();
+        self.logged = logged.seq.last().map_or(0, |s| s + 1);
+        self.expired_before = watermark;
+        Ok(logged)
+    }
+}
+
+fn seq_of(key: &[u8]) -> Result<u64> {
+    key.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| EngineError::Checkpoint("join row log: a stored row's key is damaged".into()))
+}
