@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows joins"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows joins sessions"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -32,9 +32,13 @@
 #             seen) over JOIN_EVENTS (default 20 M) events, a checkpoint every 5% of them: wall,
 #             peak RSS, bytes and ms per checkpoint against the build before, the same changelog
 #             bytes; then q20 under --state-memory VERSION_BUDGET (default 64MiB): the same bytes
+# sessions    1-minute SESSION windows over SESSION_EVENTS (default 10 M) events of SESSION_KEYS
+#             (default 1 M) keys, 50 minutes of event time, kept the default 10 minutes after
+#             they close, a checkpoint every 5% of the events: wall, peak RSS, bytes and ms per
+#             checkpoint against the build before, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows joins"}
+SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows joins sessions"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -192,6 +196,25 @@ PY
     echo "| q20 | after, --state-memory $B | ${s}s | ${rss} MB | | |"
     cmp "$WORK/q20-after.jsonl" "$WORK/q20-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q20-spill.jsonl") records)"
+    ;;
+  sessions)
+    N=${SESSION_EVENTS:-10000000}
+    K=${SESSION_KEYS:-1000000}
+    STEP=$((N / 20))
+    SQ="SELECT merchant, SESSION(ts, INTERVAL '1' MINUTE) AS s, count(*) AS n, sum(amount) AS total FROM orders GROUP BY merchant, SESSION(ts, INTERVAL '1' MINUTE)"
+    echo "== 1-minute sessions, $K keys, $N events over 50 minutes, a checkpoint every $STEP events"
+    echo "| run | wall | peak RSS | written per checkpoint (median) | ms per checkpoint (median) |"
+    echo "|---|---|---|---|---|"
+    for build in $(builds); do
+      rm -rf "$WORK/sck"
+      read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug Q=$SQ run "$(bin_of "$build")" "$WORK/sessions-$build.jsonl" \
+        --from "$(demo "$N" "$K" $((N / 3000)))" --checkpoint "$WORK/sck" --checkpoint-every "$STEP" \
+        --checkpoint-interval 1h 2> "$WORK/sck-$build.log")
+      read -r w ms < <(checkpoint_medians "$WORK/sck-$build.log")
+      awk -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
+        'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d |\n", b, s, rss, w / 1e6, ms }'
+    done
+    [[ -f $WORK/sessions-before.jsonl ]] && cmp "$WORK/sessions-before.jsonl" "$WORK/sessions-after.jsonl"
     ;;
   budget)
     N=${BUDGET_EVENTS:-60000000}

@@ -94,9 +94,10 @@ impl Query {
                             store.map(|s| (s, TABLE_FAMILY.to_string())),
                         )?)
                     }
-                    Some(WindowSpec::Session { .. }) => {
-                        Box::new(SessionOperator::new(a, &plan.options, emitter, schema)?)
-                    }
+                    Some(WindowSpec::Session { .. }) => Box::new(
+                        SessionOperator::new(a, &plan.options, emitter, schema)?
+                            .with_store(store)?,
+                    ),
                     None => Box::new(ContinuousOperator::new(
                         a,
                         &plan.options,

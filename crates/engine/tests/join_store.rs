@@ -16,7 +16,10 @@ use ubik_engine::{
 const SQL: &str = "SELECT s.k, s.ts, v.ts AS version_ts, v.expires \
                    FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts AS v ON s.k = v.k";
 
+mod checkpointing;
 mod keyed_rows;
+
+use checkpointing::{run_checkpointing, store_bytes};
 
 use keyed_rows::{rows, schema};
 
@@ -132,13 +135,6 @@ fn checkpoint_bytes(query: &mut Query) -> usize {
     snapshot + (store_bytes(query) - before) as usize
 }
 
-fn store_bytes(query: &Query) -> u64 {
-    query
-        .store()
-        .and_then(|s| s.if_open(|s| s.stats().bytes_written))
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_checkpoint_writes_the_versions_that_changed() {
     let plan = plan();
@@ -230,39 +226,10 @@ fn checkpoints_write_the_rows_that_arrived_and_restores_read_the_rest() {
 
     // A checkpoint after every batch, and every 20 batches a new query
     // (a restarted process) restored from it.
-    let dir = tempfile::tempdir().unwrap();
-    let open = || {
-        let store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
-        let mut query = Query::with_state(
-            plan.clone(),
-            StateOptions {
-                store: Some(SharedStore::durable(store)),
-                memory: None,
-            },
-        )
-        .unwrap();
-        for source in 0..2 {
-            query.add_partition(partition_id(source, 0));
-        }
-        query
-    };
-    let mut query = open();
-    let mut out = Output::default();
-    let mut written = Vec::new();
-    for (batch, from) in (0..N).step_by(STEP as usize).enumerate() {
-        feed_interval(&mut query, &plan, from, &mut out);
-        let before = store_bytes(&query);
-        let snapshot = query.snapshot().unwrap().encode().unwrap();
-        written.push(snapshot.len() + (store_bytes(&query) - before) as usize);
-        if batch % 20 == 19 {
-            drop(query);
-            query = open();
-            query
-                .restore(QuerySnapshot::decode(&snapshot).unwrap())
-                .unwrap();
-        }
-    }
-    query.finish(&mut out).unwrap();
+    let run = run_checkpointing(&plan, 2, (N / STEP) as usize, 20, |query, i, out| {
+        feed_interval(query, &plan, i as i64 * STEP, out);
+    });
+    let (out, written) = (run.out, run.written);
     assert_eq!(printed(&out), expected);
     // Past the first minute each side holds about 60 000 rows, and a
     // batch brings 1 000 (the first checkpoints after a restore write

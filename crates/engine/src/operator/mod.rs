@@ -15,6 +15,7 @@ pub mod rank;
 pub mod regroup;
 pub mod rollup;
 pub mod session;
+mod session_log;
 pub mod time_queue;
 
 pub mod window;

@@ -33,7 +33,7 @@ use super::{Operator, OperatorSnapshot, Output, StampedBatch};
 use crate::error::{EngineError, Result};
 use crate::plan::{EventTime, PhysicalExprRef, QueryOptions, RankPlan};
 use crate::state::backing::{Backing, key_column_fields};
-use crate::state::keyed::Evicted;
+use crate::state::keyed::{Evicted, typed_batch};
 use crate::state::{Interner, PendingRows, SharedStore, StateEntry};
 use crate::time::MIN_TIME;
 
@@ -604,19 +604,11 @@ impl RankOperator {
         let decoded = self.converter.convert_rows(encoded)?;
         let mut columns = keys;
         columns.extend(decoded);
+        let rows = shown.len();
         columns.push(Arc::new(UInt64Array::from(shown)));
         columns.push(Arc::new(Int64Array::from(times)));
-        let schema = self.state_schema()?;
         // Keys read back from the store are nullable; the state's may not be.
-        let columns = columns
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(c, f)| match c.data_type() == f.data_type() {
-                true => Ok(c),
-                false => arrow::compute::cast(&c, f.data_type()),
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(RecordBatch::try_new(schema, columns)?)
+        typed_batch(self.state_schema()?, columns, rows)
     }
 
     fn state_schema(&self) -> Result<SchemaRef> {

@@ -20,13 +20,15 @@ use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 
 use super::emit::{Emitter, StageRows};
 use super::eval::AggEvaluator;
+use super::session_log::SessionLog;
 use super::{Operator, OperatorSnapshot, Output, Reject, RejectReason, StampedBatch};
 use crate::accumulate::{StreamAccumulator, create_accumulator, state_fields};
 use crate::error::{EngineError, Result};
 use crate::plan::{AggregatePlan, AggregateSpec, QueryOptions, WindowSpec};
 use crate::state::backing::key_column_fields;
 use crate::state::interner::Interner;
-use crate::state::{PendingRows, StateEntry};
+use crate::state::keyed::typed_batch;
+use crate::state::{PendingRows, SharedStore, StateEntry};
 use crate::time::next_tick;
 
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ struct Session {
     /// Older starts of merged sessions still visible downstream.
     retract: BTreeSet<i64>,
     live: bool,
+    /// Given when it opens and kept while it grows: its key in the store.
+    serial: u64,
 }
 
 pub struct SessionOperator {
@@ -66,6 +70,13 @@ pub struct SessionOperator {
     /// Sessions changed since their last emission.
     dirty: BTreeSet<usize>,
     pending: PendingRows,
+    next_serial: u64,
+    /// With a durable store: the sessions live there, and a checkpoint
+    /// writes those changed since the previous one ...
+    log: Option<SessionLog>,
+    changed: BTreeSet<usize>,
+    /// ... and deletes those merged away or dropped since (by serial).
+    removed: Vec<u64>,
 }
 
 impl SessionOperator {
@@ -99,7 +110,37 @@ impl SessionOperator {
             closed_by_end: BTreeSet::new(),
             dirty: BTreeSet::new(),
             pending: PendingRows::new(source_schema, "__time"),
+            next_serial: 0,
+            log: None,
+            changed: BTreeSet::new(),
+            removed: Vec::new(),
         })
+    }
+
+    /// Keeps the sessions in `store` when it is durable: checkpoints then
+    /// write what changed (see [`SessionLog`]).
+    pub fn with_store(mut self, store: Option<&SharedStore>) -> Result<Self> {
+        if let Some(store) = store.filter(|s| s.is_durable()) {
+            self.log = Some(SessionLog::new(store, &self.snapshot_schema()?)?);
+        }
+        Ok(self)
+    }
+
+    /// Session `id` changed: emitted at the next emission, written at the
+    /// next checkpoint.
+    fn touch(&mut self, id: usize) {
+        self.dirty.insert(id);
+        if self.log.is_some() {
+            self.changed.insert(id);
+        }
+    }
+
+    /// Session `id` is gone (merged away or dropped).
+    fn forget(&mut self, id: usize) {
+        if self.log.is_some() {
+            self.changed.remove(&id);
+            self.removed.push(self.sessions[id].serial);
+        }
     }
 
     fn unindex(&mut self, id: usize) {
@@ -129,7 +170,9 @@ impl SessionOperator {
             visible_as: None,
             retract: BTreeSet::new(),
             live: true,
+            serial: self.next_serial,
         };
+        self.next_serial += 1;
         let id = match self.free.pop() {
             Some(id) => {
                 self.sessions[id] = s;
@@ -184,9 +227,10 @@ impl SessionOperator {
         t.closed = t.closed && f.closed;
         self.index(into);
         self.sessions[from].live = false;
+        self.forget(from);
         self.by_group[f.group].retain(|&x| x != from);
         self.dirty.remove(&from);
-        self.dirty.insert(into);
+        self.touch(into);
         Ok(())
     }
 
@@ -229,7 +273,7 @@ impl SessionOperator {
                     target
                 }
             };
-            self.dirty.insert(id);
+            self.touch(id);
             slots.push(id);
         }
         // Rows assigned to a session that merged away later in this batch follow it.
@@ -275,7 +319,7 @@ impl SessionOperator {
             self.unindex(id);
             self.sessions[id].closed = true;
             self.index(id);
-            self.dirty.insert(id);
+            self.touch(id);
         }
         // A late row that pushed a closed session's end past the watermark
         // reopens it: it is emitted again when it ends.
@@ -374,11 +418,113 @@ impl SessionOperator {
         }
         for &id in &gone {
             self.unindex(id);
+            self.forget(id);
             let g = self.sessions[id].group;
             self.sessions[id].live = false;
             self.by_group[g].retain(|&x| x != id);
             self.free.push(id);
         }
+        Ok(())
+    }
+
+    /// The snapshot rows of sessions `ids`: group key, range, emission
+    /// state and accumulator state.
+    fn sessions_batch(&mut self, ids: &[usize]) -> Result<RecordBatch> {
+        let group_of: Vec<usize> = ids.iter().map(|&id| self.sessions[id].group).collect();
+        let mut cols = self.groups.keys(&group_of)?;
+        let s = |f: &dyn Fn(&Session) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|&id| f(&self.sessions[id])),
+            ))
+        };
+        cols.push(s(&|x| x.start));
+        cols.push(s(&|x| x.end));
+        cols.push(Arc::new(BooleanArray::from_iter(
+            ids.iter().map(|&id| Some(self.sessions[id].closed)),
+        )));
+        cols.push(Arc::new(BooleanArray::from_iter(
+            ids.iter().map(|&id| Some(self.dirty.contains(&id))),
+        )));
+        cols.push(Arc::new(Int64Array::from_iter(
+            ids.iter().map(|&id| self.sessions[id].visible_as),
+        )));
+        cols.push(Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
+            ids.iter().map(|&id| {
+                Some(
+                    self.sessions[id]
+                        .retract
+                        .iter()
+                        .map(|&v| Some(v))
+                        .collect::<Vec<_>>(),
+                )
+            }),
+        )));
+        for acc in self.accs.iter_mut() {
+            cols.extend(acc.state(ids)?);
+        }
+        typed_batch(self.snapshot_schema()?, cols, ids.len())
+    }
+
+    /// Restores the sessions of a [`Self::sessions_batch`] into a fresh
+    /// operator, with their serial numbers (new ones if `None`: then the
+    /// store, if any, has yet to hold them).
+    fn restore_sessions(&mut self, batch: &RecordBatch, serials: Option<&[u64]>) -> Result<()> {
+        let k = self.groups.fields().len();
+        let n = batch.num_rows();
+        let keys: Vec<ArrayRef> = batch.columns()[..k].to_vec();
+        let mut gids = Vec::new();
+        self.groups.intern(&keys, n, &mut gids)?;
+        let col = |i: usize| batch.column(k + i);
+        let start = col(0).as_primitive::<Int64Type>();
+        let end = col(1).as_primitive::<Int64Type>();
+        let closed = col(2).as_boolean();
+        let dirty = col(3).as_boolean();
+        let visible = col(4).as_primitive::<Int64Type>();
+        let retract = col(5).as_list::<i32>();
+        let first = self.sessions.len();
+        if first != 0 || !self.free.is_empty() {
+            return Err(EngineError::Checkpoint(
+                "session state restored twice".into(),
+            ));
+        }
+        for (i, &gid) in gids.iter().enumerate().take(n) {
+            let id = self.new_session(gid, start.value(i), end.value(i));
+            if closed.value(i) {
+                self.unindex(id);
+                self.sessions[id].closed = true;
+                self.index(id);
+            }
+            let s = &mut self.sessions[id];
+            s.visible_as = visible.is_valid(i).then(|| visible.value(i));
+            s.retract = retract
+                .value(i)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .copied()
+                .collect();
+            match serials {
+                Some(serials) => s.serial = serials[i],
+                None if self.log.is_some() => {
+                    self.changed.insert(id);
+                }
+                None => {}
+            }
+            if dirty.value(i) {
+                self.dirty.insert(id);
+            }
+        }
+        if let Some(last) = serials.and_then(|s| s.iter().max()) {
+            self.next_serial = self.next_serial.max(last + 1);
+        }
+        let slots: Vec<usize> = (0..n).collect();
+        let mut c = k + 6;
+        for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
+            let w = state_fields(spec)?.len();
+            acc.merge(&batch.columns()[c..c + w], &slots, n)?;
+            c += w;
+        }
+        self.acc_groups = n;
         Ok(())
     }
 
@@ -474,110 +620,36 @@ impl Operator for SessionOperator {
     }
 
     fn handle_checkpoint(&mut self) -> Result<OperatorSnapshot> {
-        let live: Vec<usize> = (0..self.sessions.len())
-            .filter(|&id| self.sessions[id].live)
-            .collect();
-        let group_of: Vec<usize> = live.iter().map(|&id| self.sessions[id].group).collect();
-        let mut cols = self.groups.keys(&group_of)?;
-        let s = |f: &dyn Fn(&Session) -> i64| -> ArrayRef {
-            Arc::new(Int64Array::from_iter_values(
-                live.iter().map(|&id| f(&self.sessions[id])),
-            ))
-        };
-        cols.push(s(&|x| x.start));
-        cols.push(s(&|x| x.end));
-        cols.push(Arc::new(BooleanArray::from_iter(
-            live.iter().map(|&id| Some(self.sessions[id].closed)),
-        )));
-        cols.push(Arc::new(BooleanArray::from_iter(
-            live.iter().map(|&id| Some(self.dirty.contains(&id))),
-        )));
-        cols.push(Arc::new(Int64Array::from_iter(
-            live.iter().map(|&id| self.sessions[id].visible_as),
-        )));
-        cols.push(Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
-            live.iter().map(|&id| {
-                Some(
-                    self.sessions[id]
-                        .retract
-                        .iter()
-                        .map(|&v| Some(v))
-                        .collect::<Vec<_>>(),
-                )
-            }),
-        )));
-        for acc in self.accs.iter_mut() {
-            cols.extend(acc.state(&live)?);
+        let mut batches = Vec::new();
+        if self.log.is_some() {
+            let ids: Vec<usize> = std::mem::take(&mut self.changed)
+                .into_iter()
+                .filter(|&id| self.sessions[id].live)
+                .collect();
+            let serials: Vec<u64> = ids.iter().map(|&id| self.sessions[id].serial).collect();
+            let changed = self.sessions_batch(&ids)?;
+            let removed = std::mem::take(&mut self.removed);
+            let log = self.log.as_mut().expect("checked");
+            log.write(&changed, &serials, &removed)?;
+        } else {
+            let live: Vec<usize> = (0..self.sessions.len())
+                .filter(|&id| self.sessions[id].live)
+                .collect();
+            batches.push((StateEntry::Sessions, self.sessions_batch(&live)?));
         }
-        let schema = self.snapshot_schema()?;
-        let cols = cols
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    arrow::compute::cast(&c, f.data_type())
-                }
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let mut batches = vec![(
-            StateEntry::Sessions,
-            RecordBatch::try_new_with_options(
-                schema,
-                cols,
-                &arrow::array::RecordBatchOptions::new().with_row_count(Some(live.len())),
-            )?,
-        )];
         self.pending.snapshot(&mut batches)?;
         Ok(OperatorSnapshot::new(batches))
     }
 
     fn restore(&mut self, snapshot: OperatorSnapshot) -> Result<()> {
+        if let Some(log) = self.log.as_mut()
+            && let Some((rows, serials)) = log.read()?
+        {
+            self.restore_sessions(&rows, Some(&serials))?;
+        }
         for (entry, batch) in snapshot.batches {
             match entry {
-                StateEntry::Sessions => {
-                    let k = self.groups.fields().len();
-                    let n = batch.num_rows();
-                    let keys: Vec<ArrayRef> = batch.columns()[..k].to_vec();
-                    let mut gids = Vec::new();
-                    self.groups.intern(&keys, n, &mut gids)?;
-                    let col = |i: usize| batch.column(k + i);
-                    let start = col(0).as_primitive::<Int64Type>();
-                    let end = col(1).as_primitive::<Int64Type>();
-                    let closed = col(2).as_boolean();
-                    let dirty = col(3).as_boolean();
-                    let visible = col(4).as_primitive::<Int64Type>();
-                    let retract = col(5).as_list::<i32>();
-                    for (i, &gid) in gids.iter().enumerate().take(n) {
-                        let id = self.new_session(gid, start.value(i), end.value(i));
-                        if closed.value(i) {
-                            self.unindex(id);
-                            self.sessions[id].closed = true;
-                            self.index(id);
-                        }
-                        let s = &mut self.sessions[id];
-                        s.visible_as = visible.is_valid(i).then(|| visible.value(i));
-                        s.retract = retract
-                            .value(i)
-                            .as_primitive::<Int64Type>()
-                            .values()
-                            .iter()
-                            .copied()
-                            .collect();
-                        if dirty.value(i) {
-                            self.dirty.insert(id);
-                        }
-                    }
-                    let slots: Vec<usize> = (0..n).collect();
-                    let mut c = k + 6;
-                    for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
-                        let w = state_fields(spec)?.len();
-                        acc.merge(&batch.columns()[c..c + w], &slots, n)?;
-                        c += w;
-                    }
-                    self.acc_groups = n;
-                }
+                StateEntry::Sessions => self.restore_sessions(&batch, None)?,
                 StateEntry::Pending {
                     tick, partition, ..
                 } => self.pending.restore(tick, partition, &batch)?,

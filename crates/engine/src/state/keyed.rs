@@ -436,24 +436,7 @@ impl KeyedState {
             groups.iter().map(|&g| Some(self.visible[g])),
         )));
         columns.push(Arc::new(Int64Array::from(self.max_time(groups))));
-        // Arrow would compare field names/nullability of nested state types
-        // too strictly; cast each column to the declared type.
-        let columns = columns
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c)
-                } else {
-                    arrow::compute::cast(&c, f.data_type())
-                }
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(RecordBatch::try_new_with_options(
-            schema,
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(n)),
-        )?)
+        typed_batch(schema, columns, n)
     }
 
     /// Rebuilds the state of a [`Self::snapshot`] into this empty state.
@@ -699,4 +682,27 @@ impl KeyedState {
         }
         Ok(())
     }
+}
+
+/// A state batch of `rows` rows: `columns` cast to `schema`'s types (Arrow
+/// would compare the field names and nullability of nested accumulator
+/// states too strictly).
+pub(crate) fn typed_batch(
+    schema: SchemaRef,
+    columns: Vec<ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch> {
+    let columns = columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| match c.data_type() == f.data_type() {
+            true => Ok(c),
+            false => arrow::compute::cast(&c, f.data_type()),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
 }
