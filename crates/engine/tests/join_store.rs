@@ -232,8 +232,8 @@ fn checkpoints_write_the_rows_that_arrived_and_restores_read_the_rest() {
     let (out, written) = (run.out, run.written);
     assert_eq!(printed(&out), expected);
     // Past the first minute each side holds about 60 000 rows, and a
-    // batch brings 1 000 (the first checkpoints after a restore write
-    // the restored rows anew: a restarted store owns no earlier files).
+    // batch brings 1 000; a restart writes nothing anew (the restored
+    // rows are in the store already).
     let (whole, written) = (whole[100], written[100..].iter().max().copied().unwrap());
     assert!(
         written * 10 < whole,
