@@ -59,7 +59,7 @@ use arrow::row::{RowConverter, SortField};
 use crate::error::{EngineError, Result};
 use crate::operator::eval::{eval_array, eval_predicate};
 use crate::operator::join_log::RowLog;
-use crate::operator::join_rows::SideRows;
+use crate::operator::join_rows::{HeldRows, SideRows, pick};
 use crate::operator::join_versions::StoredVersions;
 use crate::plan::{JoinKind, JoinPlan};
 use crate::state::interner::Interner;
@@ -132,18 +132,15 @@ impl JoinOperator {
                 )))
             })
             .collect::<Result<_>>()?;
-        let versions = match (plan.kind, store) {
-            (JoinKind::Temporal { table }, Some((store, path))) => StoredVersions::new(
+        let table = table_side(plan.kind);
+        let versions = match (table, store) {
+            (Some(table), Some((store, path))) => StoredVersions::new(
                 store,
                 &format!("{path}versions"),
                 Arc::clone(&plan.sides[table].schema),
                 &key_fields,
             )?,
             _ => None,
-        };
-        let table = match plan.kind {
-            JoinKind::Temporal { table } => Some(table),
-            JoinKind::Interval { .. } => None,
         };
         let pads = plan.left_outer && table.is_none();
         let mut logs = [None, None];
@@ -165,10 +162,8 @@ impl JoinOperator {
             logs,
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
             interner: Interner::new(&key_fields)?,
-            stores: [0, 1].map(|s| {
-                let versioned = matches!(plan.kind, JoinKind::Temporal { table } if table == s);
-                SideRows::new(Arc::clone(&plan.sides[s].schema), versioned)
-            }),
+            stores: [0, 1]
+                .map(|s| SideRows::new(Arc::clone(&plan.sides[s].schema), Some(s) == table)),
             plan: plan.clone(),
             retention: retention.max(0),
             schema,
@@ -260,16 +255,19 @@ impl JoinOperator {
             JoinKind::Temporal { table } if table != side => Some(effective.clone()),
             JoinKind::Temporal { .. } => None,
         };
-        self.stores[side].push(rows, times, &effective, &keys, present, expiry.as_deref());
+        let held = HeldRows {
+            rows,
+            times: times.to_vec(),
+            effective,
+            present: present.map_or_else(|| vec![true; n], <[bool]>::to_vec),
+        };
+        self.stores[side].push(held, &keys, expiry.as_deref());
         Ok(())
     }
 
     /// The versioned table's side of a temporal join.
     fn table_side(&self) -> Option<usize> {
-        match self.plan.kind {
-            JoinKind::Temporal { table } => Some(table),
-            JoinKind::Interval { .. } => None,
-        }
+        table_side(self.plan.kind)
     }
 
     /// Reads the stored versions of keys `ids` (not in memory) back in.
@@ -283,17 +281,8 @@ impl JoinOperator {
         let groups: Vec<usize> = ids.iter().map(|&k| k as usize).collect();
         let key_columns = self.interner.keys(&groups)?;
         let loaded = v.load(ids, &key_columns)?;
-        if loaded.rows.num_rows() > 0 {
-            let keys: Vec<u32> = loaded.probe.iter().map(|&p| ids[p]).collect();
-            self.stores[table].push(
-                loaded.rows,
-                &loaded.times,
-                &loaded.effective,
-                &keys,
-                Some(&loaded.present),
-                None,
-            );
-        }
+        let keys: Vec<u32> = loaded.probe.iter().map(|&p| ids[p]).collect();
+        self.stores[table].push(loaded.held, &keys, None);
         Ok(())
     }
 
@@ -314,13 +303,10 @@ impl JoinOperator {
             entries.extend(list.iter().copied().filter(|&e| store.alive[e as usize]));
             counts.push(entries.len() - before);
         }
-        let rows = store.gather(&entries)?;
-        let pick = |of: &[i64]| -> Vec<i64> { entries.iter().map(|&e| of[e as usize]).collect() };
-        let (times, effective) = (pick(&store.times), pick(&store.effective));
-        let present: Vec<bool> = entries.iter().map(|&e| store.present[e as usize]).collect();
+        let held = store.held(&entries)?;
         let groups: Vec<usize> = ids.iter().map(|&k| k as usize).collect();
         let keys = self.interner.keys(&groups)?;
-        v.write(keys, &counts, &rows, &times, &effective, &present)
+        v.write(keys, &counts, &held)
     }
 
     /// Writes the versions changed since they were last written.
@@ -397,15 +383,15 @@ impl JoinOperator {
                 continue;
             }
             let first = self.stores[side].seq.len();
+            let HeldRows {
+                rows,
+                times,
+                effective,
+                present,
+            } = logged.held;
             // Effective times stand in for stamps: the later of a row's time
             // and its stamp is its effective time.
-            self.insert(
-                side,
-                logged.rows,
-                &logged.times,
-                Some(&logged.effective),
-                Some(&logged.present),
-            )?;
+            self.insert(side, rows, &times, Some(&effective), Some(&present))?;
             let rows = &mut self.stores[side];
             rows.seq[first..].copy_from_slice(&logged.seq);
             rows.matched[first..].copy_from_slice(&logged.matched);
@@ -781,20 +767,9 @@ impl JoinOperator {
                 }
             }
             let store = &self.stores[side];
-            let (rows, picked) = store.alive_rows()?;
-            let pick =
-                |of: &[i64]| -> Vec<i64> { picked.iter().map(|&e| of[e as usize]).collect() };
-            let flags =
-                |of: &[bool]| -> Vec<bool> { picked.iter().map(|&e| of[e as usize]).collect() };
-            let matched = (self.pads() && side == 0).then(|| flags(&store.matched));
-            let batch = side_batch(
-                rows,
-                pick(&store.times),
-                pick(&store.effective),
-                flags(&store.present),
-                matched,
-            )?;
-            out.push((entry, batch));
+            let picked = store.alive_entries();
+            let matched = (self.pads() && side == 0).then(|| pick(&store.matched, &picked));
+            out.push((entry, side_batch(store.held(&picked)?, matched)?));
         }
         Ok(out)
     }
@@ -808,23 +783,13 @@ impl JoinOperator {
         let unkeyed: Vec<u32> = (0..store.keys.len() as u32)
             .filter(|&e| store.alive[e as usize] && store.keys[e as usize] == NULL_KEY)
             .collect();
-        let mut parts = vec![store.gather(&unkeyed)?];
-        let mut times: Vec<i64> = unkeyed.iter().map(|&e| store.times[e as usize]).collect();
-        let mut effective: Vec<i64> = unkeyed
-            .iter()
-            .map(|&e| store.effective[e as usize])
-            .collect();
-        let mut present: Vec<bool> = unkeyed.iter().map(|&e| store.present[e as usize]).collect();
+        let mut parts = vec![store.held(&unkeyed)?];
         let v = self.versions.as_mut().expect("cold versions have a store");
         v.scan(|loaded| {
-            parts.push(loaded.rows);
-            times.extend(loaded.times);
-            effective.extend(loaded.effective);
-            present.extend(loaded.present);
+            parts.push(loaded.held);
             Ok(())
         })?;
-        let rows = arrow::compute::concat_batches(&self.stores[side].schema, &parts)?;
-        side_batch(rows, times, effective, present, None)
+        side_batch(HeldRows::concat(&self.stores[side].schema, parts)?, None)
     }
 
     /// Restores the stored rows of one side from [`Self::snapshot`].
@@ -884,18 +849,20 @@ impl JoinOperator {
     }
 }
 
+/// The versioned table's side of a temporal join of `kind`.
+fn table_side(kind: JoinKind) -> Option<usize> {
+    match kind {
+        JoinKind::Temporal { table } => Some(table),
+        JoinKind::Interval { .. } => None,
+    }
+}
+
 /// A snapshot batch of one side's rows: their columns, then the
 /// bookkeeping columns [matched?, effective?, present, time].
-fn side_batch(
-    rows: RecordBatch,
-    times: Vec<i64>,
-    effective: Vec<i64>,
-    present: Vec<bool>,
-    matched: Option<Vec<bool>>,
-) -> Result<RecordBatch> {
-    let n = rows.num_rows();
-    let mut fields = rows.schema().fields().to_vec();
-    let mut columns = rows.columns().to_vec();
+fn side_batch(held: HeldRows, matched: Option<Vec<bool>>) -> Result<RecordBatch> {
+    let n = held.rows.num_rows();
+    let mut fields = held.rows.schema().fields().to_vec();
+    let mut columns = held.rows.columns().to_vec();
     let mut add = |name: &str, column: ArrayRef| {
         fields.push(Arc::new(Field::new(
             name,
@@ -908,11 +875,11 @@ fn side_batch(
         add(MATCHED_COLUMN, Arc::new(BooleanArray::from(matched)));
     }
     // Written only when a row came late: on-time rows need none.
-    if effective.iter().zip(&times).any(|(e, t)| e != t) {
-        add(EFFECTIVE_COLUMN, Arc::new(Int64Array::from(effective)));
+    if held.effective != held.times {
+        add(EFFECTIVE_COLUMN, Arc::new(Int64Array::from(held.effective)));
     }
-    add(PRESENT_COLUMN, Arc::new(BooleanArray::from(present)));
-    add(TIME_COLUMN, Arc::new(Int64Array::from(times)));
+    add(PRESENT_COLUMN, Arc::new(BooleanArray::from(held.present)));
+    add(TIME_COLUMN, Arc::new(Int64Array::from(held.times)));
     Ok(RecordBatch::try_new_with_options(
         Arc::new(Schema::new(fields)),
         columns,

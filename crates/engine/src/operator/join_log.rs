@@ -16,12 +16,12 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+    AsArray, BinaryArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use ubik_state::TableId;
 
-use super::join_rows::SideRows;
+use super::join_rows::{HeldRows, SideRows, pick};
 use crate::error::{EngineError, Result};
 use crate::state::SharedStore;
 use crate::time::MIN_TIME;
@@ -37,10 +37,7 @@ const BOOKKEEPING: [(&str, DataType); 4] = [
 
 /// Rows read back from the log, in arrival order.
 pub(super) struct Logged {
-    pub rows: RecordBatch,
-    pub times: Vec<i64>,
-    pub effective: Vec<i64>,
-    pub present: Vec<bool>,
+    pub held: HeldRows,
     pub seq: Vec<u64>,
     /// Whether each row found a match (a LEFT join's left side).
     pub matched: Vec<bool>,
@@ -50,7 +47,7 @@ pub(super) struct RowLog {
     store: SharedStore,
     /// The side's columns, then [`BOOKKEEPING`].
     schema: SchemaRef,
-    side_columns: usize,
+    side_schema: SchemaRef,
     rows: TableId,
     /// Sequence numbers of rows that found a match, with their expiry.
     matches: Option<TableId>,
@@ -99,7 +96,7 @@ impl RowLog {
         Ok(Self {
             store: store.clone(),
             schema,
-            side_columns: side_schema.fields().len(),
+            side_schema: Arc::clone(side_schema),
             rows,
             matches,
             matches_schema: matched_schema,
@@ -131,19 +128,12 @@ impl RowLog {
         let (rows_table, matches_table) = (self.rows, self.matches);
         let through = self.expired_before.saturating_sub(1);
         if !fresh.is_empty() {
-            let rows = side.gather(&fresh)?;
-            let pick = |of: &[i64]| -> ArrayRef {
-                Arc::new(Int64Array::from_iter_values(
-                    fresh.iter().map(|&e| of[e as usize]),
-                ))
-            };
-            let mut columns = rows.columns().to_vec();
-            columns.push(pick(&side.times));
-            columns.push(pick(&side.effective));
-            columns.push(Arc::new(BooleanArray::from_iter(
-                fresh.iter().map(|&e| Some(side.present[e as usize])),
-            )));
-            columns.push(pick(&side.expires));
+            let held = side.held(&fresh)?;
+            let mut columns = held.rows.columns().to_vec();
+            columns.push(Arc::new(Int64Array::from(held.times)));
+            columns.push(Arc::new(Int64Array::from(held.effective)));
+            columns.push(Arc::new(BooleanArray::from(held.present)));
+            columns.push(Arc::new(Int64Array::from(pick(&side.expires, &fresh))));
             let batch = RecordBatch::try_new_with_options(
                 Arc::clone(&self.schema),
                 columns,
@@ -155,7 +145,7 @@ impl RowLog {
                 .with(|s| Ok(s.write(rows_table, &keys, &batch, None)?))?;
         }
         let new_matches = std::mem::take(&mut self.new_matches);
-        let expires_column = self.side_columns + 3;
+        let expires_column = self.side_schema.fields().len() + 3;
         let matches_schema = Arc::clone(&self.matches_schema);
         written += self.store.with(|s| {
             let mut written = 0;
@@ -200,14 +190,10 @@ impl RowLog {
             }
             Ok((parts, matched))
         })?;
-        let n = self.side_columns;
+        let n = self.side_schema.fields().len();
+        let own: Vec<usize> = (0..n).collect();
         let mut logged = Logged {
-            rows: RecordBatch::new_empty(Arc::new(
-                self.schema.project(&(0..n).collect::<Vec<_>>())?,
-            )),
-            times: Vec::new(),
-            effective: Vec::new(),
-            present: Vec::new(),
+            held: HeldRows::empty(Arc::clone(&self.side_schema)),
             seq: Vec::new(),
             matched: Vec::new(),
         };
@@ -219,9 +205,9 @@ impl RowLog {
             let rows = arrow::compute::filter_record_batch(&rows, &keep)?;
             let keys = arrow::compute::filter(&keys, &keep)?;
             let int64 = |c: usize| rows.column(c).as_primitive::<Int64Type>().values().to_vec();
-            logged.times.extend(int64(n));
-            logged.effective.extend(int64(n + 1));
-            logged.present.extend(
+            logged.held.times.extend(int64(n));
+            logged.held.effective.extend(int64(n + 1));
+            logged.held.present.extend(
                 rows.column(n + 2)
                     .as_boolean()
                     .iter()
@@ -230,11 +216,9 @@ impl RowLog {
             for key in keys.as_binary::<i32>().iter().flatten() {
                 logged.seq.push(seq_of(key)?);
             }
-            batches.push(rows.project(&(0..n).collect::<Vec<_>>())?);
+            batches.push(rows.project(&own)?);
         }
-        if !batches.is_empty() {
-            logged.rows = arrow::compute::concat_batches(&batches[0].schema(), &batches)?;
-        }
+        logged.held.rows = arrow::compute::concat_batches(&self.side_schema, &batches)?;
         let mut matched_seqs = matched_seqs;
         matched_seqs.sort_unstable();
         logged.matched = logged

@@ -12,6 +12,47 @@ use super::join::NULL_KEY;
 use super::time_queue::TimeQueue;
 use crate::error::Result;
 
+/// Rows of a side with what each needs besides its columns: its time,
+/// effective time and presence (as a snapshot, the store or a restore
+/// carries them).
+pub(super) struct HeldRows {
+    pub rows: RecordBatch,
+    pub times: Vec<i64>,
+    pub effective: Vec<i64>,
+    pub present: Vec<bool>,
+}
+
+impl HeldRows {
+    /// No rows of `schema`.
+    pub(super) fn empty(schema: SchemaRef) -> Self {
+        Self {
+            rows: RecordBatch::new_empty(schema),
+            times: Vec::new(),
+            effective: Vec::new(),
+            present: Vec::new(),
+        }
+    }
+
+    /// `parts` one after the other.
+    pub(super) fn concat(schema: &SchemaRef, parts: Vec<HeldRows>) -> Result<Self> {
+        let batches: Vec<&RecordBatch> = parts.iter().map(|p| &p.rows).collect();
+        let rows = arrow::compute::concat_batches(schema, batches)?;
+        let mut all = HeldRows::empty(Arc::clone(schema));
+        all.rows = rows;
+        for p in parts {
+            all.times.extend(p.times);
+            all.effective.extend(p.effective);
+            all.present.extend(p.present);
+        }
+        Ok(all)
+    }
+}
+
+/// Per entry of `entries`, its value in `of` (a per-entry vector).
+pub(super) fn pick<T: Copy>(of: &[T], entries: &[u32]) -> Vec<T> {
+    entries.iter().map(|&e| of[e as usize]).collect()
+}
+
 /// The rows one side holds, in arrival order.
 pub(super) struct SideRows {
     pub(super) schema: SchemaRef,
@@ -71,15 +112,15 @@ impl SideRows {
         }
     }
 
-    pub(super) fn push(
-        &mut self,
-        rows: RecordBatch,
-        times: &[i64],
-        effective: &[i64],
-        keys: &[u32],
-        present: Option<&[bool]>,
-        expiry: Option<&[i64]>,
-    ) {
+    /// Takes in `held`, whose join keys are `keys`, expiring at `expiry`
+    /// (never, without one).
+    pub(super) fn push(&mut self, held: HeldRows, keys: &[u32], expiry: Option<&[i64]>) {
+        let HeldRows {
+            rows,
+            times,
+            effective,
+            present,
+        } = held;
         let b = self.batches.len() as u32;
         for (i, (&t, &k)) in times.iter().zip(keys).enumerate() {
             let e = self.at.len() as u32;
@@ -88,7 +129,7 @@ impl SideRows {
             self.effective.push(effective[i]);
             self.keys.push(k);
             self.alive.push(true);
-            self.present.push(present.is_none_or(|p| p[i]));
+            self.present.push(present[i]);
             self.matched.push(false);
             if k != NULL_KEY {
                 if self.by_key.len() <= k as usize {
@@ -144,16 +185,25 @@ impl SideRows {
         });
     }
 
-    /// The alive rows, in arrival order, as one batch.
-    pub(super) fn alive_rows(&self) -> Result<(RecordBatch, Vec<u32>)> {
-        let picked: Vec<u32> = (0..self.at.len() as u32)
+    /// The alive entries, in arrival order.
+    pub(super) fn alive_entries(&self) -> Vec<u32> {
+        (0..self.at.len() as u32)
             .filter(|&e| self.alive[e as usize])
-            .collect();
-        Ok((self.gather(&picked)?, picked))
+            .collect()
+    }
+
+    /// The rows of `entries`, in that order, with their times and presence.
+    pub(super) fn held(&self, entries: &[u32]) -> Result<HeldRows> {
+        Ok(HeldRows {
+            rows: self.gather(entries)?,
+            times: pick(&self.times, entries),
+            effective: pick(&self.effective, entries),
+            present: pick(&self.present, entries),
+        })
     }
 
     /// The rows of `entries`, in that order, as one batch.
-    pub(super) fn gather(&self, entries: &[u32]) -> Result<RecordBatch> {
+    fn gather(&self, entries: &[u32]) -> Result<RecordBatch> {
         let idx: Vec<(usize, usize)> = entries
             .iter()
             .map(|&e| {
@@ -204,18 +254,16 @@ impl SideRows {
         if self.live == self.at.len() {
             return Ok(());
         }
-        let (rows, picked) = self.alive_rows()?;
+        let picked = self.alive_entries();
+        let held = self.held(&picked)?;
         let mut renumber = vec![u32::MAX; self.at.len()];
         for (new, &old) in picked.iter().enumerate() {
             renumber[old as usize] = new as u32;
         }
-        let times: Vec<i64> = picked.iter().map(|&e| self.times[e as usize]).collect();
-        let effective: Vec<i64> = picked.iter().map(|&e| self.effective[e as usize]).collect();
-        let keys: Vec<u32> = picked.iter().map(|&e| self.keys[e as usize]).collect();
-        let present: Vec<bool> = picked.iter().map(|&e| self.present[e as usize]).collect();
-        let matched: Vec<bool> = picked.iter().map(|&e| self.matched[e as usize]).collect();
-        let expires: Vec<i64> = picked.iter().map(|&e| self.expires[e as usize]).collect();
-        let seq: Vec<u64> = picked.iter().map(|&e| self.seq[e as usize]).collect();
+        let keys = pick(&self.keys, &picked);
+        let matched = pick(&self.matched, &picked);
+        let expires = pick(&self.expires, &picked);
+        let seq = pick(&self.seq, &picked);
         let next_seq = self.next_seq;
         let mut unfired = std::mem::take(&mut self.unfired);
         let mut expiry = std::mem::take(&mut self.expiry);
@@ -224,7 +272,7 @@ impl SideRows {
         expiry.renumber(kept);
         let schema = Arc::clone(&self.schema);
         *self = SideRows::new(schema, self.versioned);
-        self.push(rows, &times, &effective, &keys, Some(&present), None);
+        self.push(held, &keys, None);
         self.matched = matched;
         self.unfired = unfired;
         self.expiry = expiry;

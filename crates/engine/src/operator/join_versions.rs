@@ -20,6 +20,7 @@ use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use super::join::NULL_KEY;
+use super::join_rows::HeldRows;
 use crate::error::{EngineError, Result};
 use crate::state::SharedStore;
 use crate::state::backing::{Backing, Dirty, key_column_fields};
@@ -28,13 +29,10 @@ use crate::state::backing::{Backing, Dirty, key_column_fields};
 /// its presence (u8) and its row's length (u32), little-endian.
 const VERSION_HEADER: usize = 21;
 
-/// Versions read back from the store: their rows, and per row its time,
-/// effective time, presence and the probe (key) it belongs to.
+/// Versions read back from the store, and per row the probe (key) it
+/// belongs to.
 pub(super) struct Loaded {
-    pub rows: RecordBatch,
-    pub times: Vec<i64>,
-    pub effective: Vec<i64>,
-    pub present: Vec<bool>,
+    pub held: HeldRows,
     pub probe: Vec<usize>,
 }
 
@@ -47,8 +45,6 @@ pub(super) struct StoredVersions {
     /// Per join key id: memory holds all of the key's versions (it was read
     /// back, or the store held none when it was first seen).
     loaded: Vec<bool>,
-    /// Keys whose versions changed since they were last written.
-    changed: Dirty,
     /// Per key id, the batch it was last used in (eviction order).
     last_used: Vec<u32>,
     clock: u32,
@@ -86,7 +82,6 @@ impl StoredVersions {
             schema,
             durable: store.is_durable(),
             loaded: Vec::new(),
-            changed: Dirty::default(),
             last_used: Vec::new(),
             clock: 0,
         }))
@@ -108,7 +103,7 @@ impl StoredVersions {
             let cold = self.backing.cold;
             self.loaded.resize(keys, !cold);
             self.last_used.resize(keys, 0);
-            self.changed.flag.resize(keys, false);
+            self.backing.changed.flag.resize(keys, false);
         }
     }
 
@@ -127,7 +122,7 @@ impl StoredVersions {
             .filter(|&k| k != NULL_KEY)
             .map(|k| k as usize)
             .collect();
-        self.changed.mark(&keys);
+        self.backing.changed.mark(&keys);
     }
 
     /// The distinct keys of `keys` whose versions may be in the store only.
@@ -159,10 +154,7 @@ impl StoredVersions {
     fn decode(&self, probes: &[usize], values: &RecordBatch, k: usize) -> Result<Loaded> {
         let blobs = values.column(k).as_binary::<i32>();
         let mut loaded = Loaded {
-            rows: RecordBatch::new_empty(Arc::clone(&self.schema)),
-            times: Vec::new(),
-            effective: Vec::new(),
-            present: Vec::new(),
+            held: HeldRows::empty(Arc::clone(&self.schema)),
             probe: Vec::new(),
         };
         let mut rows: Vec<&[u8]> = Vec::new();
@@ -178,9 +170,9 @@ impl StoredVersions {
                 if rest.len() < len {
                     return Err(damaged());
                 }
-                loaded.times.push(int(0));
-                loaded.effective.push(int(8));
-                loaded.present.push(bytes[16] != 0);
+                loaded.held.times.push(int(0));
+                loaded.held.effective.push(int(8));
+                loaded.held.present.push(bytes[16] != 0);
                 loaded.probe.push(probe);
                 rows.push(&rest[..len]);
                 bytes = &rest[len..];
@@ -202,26 +194,19 @@ impl StoredVersions {
                 false => Ok(cast(&c, f.data_type())?),
             })
             .collect::<Result<Vec<_>>>()?;
-        loaded.rows = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
+        loaded.held.rows = RecordBatch::try_new(Arc::clone(&self.schema), columns)?;
         Ok(loaded)
     }
 
-    /// Writes the versions of keys with key columns `keys`: `rows` holds
+    /// Writes the versions of keys with key columns `keys`: `held` holds
     /// them key after key, `counts[i]` rows for key `i`, in arrival order.
     /// Returns the bytes written.
-    pub fn write(
-        &mut self,
-        keys: Vec<ArrayRef>,
-        counts: &[usize],
-        rows: &RecordBatch,
-        times: &[i64],
-        effective: &[i64],
-        present: &[bool],
-    ) -> Result<u64> {
+    pub fn write(&mut self, keys: Vec<ArrayRef>, counts: &[usize], held: &HeldRows) -> Result<u64> {
         if counts.is_empty() {
             return Ok(0);
         }
-        let encoded = self.converter.convert_columns(rows.columns())?;
+        let (times, effective, present) = (&held.times, &held.effective, &held.present);
+        let encoded = self.converter.convert_columns(held.rows.columns())?;
         let mut blobs = BinaryBuilder::new();
         let mut blob = Vec::new();
         let mut at = 0;
@@ -247,13 +232,24 @@ impl StoredVersions {
 
     /// The keys changed since they were last written (clears the set).
     pub fn take_changed(&mut self) -> Vec<u32> {
-        let mut keys: Vec<u32> = self.changed.take().into_iter().map(|k| k as u32).collect();
+        let mut keys: Vec<u32> = self
+            .backing
+            .changed
+            .take()
+            .into_iter()
+            .map(|k| k as u32)
+            .collect();
         keys.sort_unstable();
         keys
     }
 
     pub fn is_changed(&self, k: u32) -> bool {
-        self.changed.flag.get(k as usize).copied().unwrap_or(false)
+        self.backing
+            .changed
+            .flag
+            .get(k as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Of the keys `candidates` (holding versions in memory), those to move
@@ -279,9 +275,12 @@ impl StoredVersions {
     pub fn evicted(&mut self, keys: &[u32]) {
         for &k in keys {
             self.loaded[k as usize] = false;
-            self.changed.flag[k as usize] = false;
+            self.backing.changed.flag[k as usize] = false;
         }
-        self.changed.list.retain(|&k| self.changed.flag[k]);
+        self.backing
+            .changed
+            .list
+            .retain(|&k| self.backing.changed.flag[k]);
         self.backing.cold = true;
     }
 
@@ -300,6 +299,7 @@ impl StoredVersions {
             last_used[new as usize] = self.last_used[old];
         }
         let moved: Vec<usize> = self
+            .backing
             .changed
             .list
             .iter()
@@ -309,7 +309,7 @@ impl StoredVersions {
         changed.mark(&moved);
         self.loaded = loaded;
         self.last_used = last_used;
-        self.changed = changed;
+        self.backing.changed = changed;
     }
 
     /// Every stored key's versions, batch by batch: the whole table, for a
@@ -338,7 +338,7 @@ impl StoredVersions {
     }
 
     pub fn size(&self) -> usize {
-        self.loaded.capacity() + self.last_used.capacity() * 4 + self.changed.size()
+        self.loaded.capacity() + self.last_used.capacity() * 4 + self.backing.size()
     }
 }
 
