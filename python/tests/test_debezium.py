@@ -4,8 +4,10 @@ connectors capture the same table: one with JsonConverter (schemas on, as
 Connect's default) read with format=debezium-json, one with Apicurio's
 AvroConverter (Confluent's wire format, key and value registered in the
 test registry) read with format=debezium-avro, whose columns and primary
-key come from the registry alone, and whose TIMESTAMP column is Debezium's
-default microsecond type.
+key come from the registry alone. Both run Debezium's default
+time.precision.mode, so the TIMESTAMP column is its microsecond type: the
+JSON events name it in their schema, and a copy of them without schemas (as
+`schemas.enable=false` writes them) is read with timestamp_unit=us.
 
 The table's history holds a snapshot, inserts, updates that move rows
 between groups, deletes, an update of the primary key (Debezium's delete,
@@ -147,13 +149,12 @@ def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, registry, de
         "publication.name": name, "publication.autocreate.mode": "filtered",
         "topic.prefix": name, "table.include.list": f"{schema}.orders",
         "snapshot.mode": "initial", "decimal.handling.mode": "double",
-        "time.precision.mode": "connect",
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
     }
     avro_name = f"{name}_avro"
-    # Debezium's default time.precision.mode here: TIMESTAMP columns are io.debezium.time.MicroTimestamp.
-    avro_config = {k: v for k, v in config.items() if k != "time.precision.mode"} | avro_converters(registry) | {
+    # Debezium's default time.precision.mode: TIMESTAMP columns are io.debezium.time.MicroTimestamp.
+    avro_config = config | avro_converters(registry) | {
         "slot.name": avro_name, "publication.name": avro_name, "topic.prefix": avro_name}
     for n, c in ((name, config), (avro_name, avro_config)):
         status, body = rest(connect, "POST", "/connectors", {"name": n, "config": c})
@@ -180,13 +181,17 @@ def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, registry, de
              f"UPDATE {t} SET amount = amount * 2 WHERE id < 10",
              f"DELETE FROM {t} WHERE id BETWEEN 20 AND 24",
              f"INSERT INTO {t} VALUES (100000, 'm0', 0.5, 1, '2024-01-01 00:03:00')")
-        wait_for(topic, kafka_broker, 100000, connect, name)
+        events = wait_for(topic, kafka_broker, 100000, connect, name)
         wait_for(avro_topic, kafka_broker, 100000, connect, avro_name, after=avro_after)
+        plain_topic = f"{name}_plain"
+        schemaless_copy(kafka_broker, topic, plain_topic, events)
         columns = "id INT PRIMARY KEY, merchant VARCHAR, amount DOUBLE, qty INT, ts TIMESTAMP"
         # Debezium's Avro: the columns and the primary key come from the registry.
         sources = [(f"orders=kafka://{kafka_broker}/{topic}?format=debezium-json&end=latest", columns),
                    (f"orders=kafka://{kafka_broker}/{avro_topic}?format=debezium-avro&registry={registry}"
-                    "&end=latest", None)]
+                    "&end=latest", None),
+                   (f"orders=kafka://{kafka_broker}/{plain_topic}?format=debezium-json&timestamp_unit=us"
+                    "&end=latest", columns)]
         for source, declared in sources:
             check_queries(source, declared, dsn, f"{schema}.mirror")
 
@@ -214,6 +219,29 @@ def test_debezium_changes_fold_to_postgres_own_answer(kafka_broker, registry, de
         for n in (name, avro_name):
             drop_connector(connect, dsn, n)
         psql(dsn, f"DROP SCHEMA {schema} CASCADE")
+
+
+def schemaless_copy(broker, topic, to, count):
+    """Copies the first `count` records of `topic` to `to` as JsonConverter
+    writes them with schemas.enable=false: the payloads of key and value."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker, "group.id": f"copy-{to}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    p = Producer({"bootstrap.servers": broker})
+    payload = lambda b: None if b is None else json.dumps(json.loads(b)["payload"], separators=(",", ":")).encode()  # noqa: E731
+    deadline, copied = time.time() + TIMEOUT, 0
+    try:
+        while copied < count:
+            assert time.time() < deadline, f"copied {copied} of {count} records of {topic}"
+            m = c.poll(0.2)
+            if m is None or m.error():
+                continue
+            p.produce(to, key=payload(m.key()), value=payload(m.value()))
+            copied += 1
+        assert p.flush(30) == 0
+    finally:
+        c.close()
 
 
 def check_queries(source, columns, dsn, t):

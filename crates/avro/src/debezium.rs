@@ -391,17 +391,16 @@ impl ChangeEvents for DebeziumAvro {
             );
         }
         let rows = self.rows(before, after, &picks)?;
-        Ok(Unwrapped {
-            rows: Chunk {
+        Ok(Unwrapped::new(
+            Chunk {
                 partition: chunk.partition,
                 payload: Payload::Arrow(rows),
                 positions: kept_positions,
                 position_name: chunk.position_name,
                 meta: out,
             },
-            rejected: rejects.chunk,
-            bad: rejects.bad,
-        })
+            rejects,
+        ))
     }
 }
 
@@ -526,10 +525,11 @@ mod tests {
             vec![5],
         );
         let Unwrapped {
-            rows,
+            mut rows,
             rejected,
             bad,
         } = d.unwrap(input).unwrap();
+        let rows = rows.remove(0).chunk;
         let Payload::Arrow(batch) = &rows.payload else {
             panic!("rows are decoded")
         };
@@ -597,7 +597,8 @@ mod tests {
         write_long(&mut event, 19724);
         write_long(&mut event, us);
         string(&mut event, "c");
-        let Unwrapped { rows, bad, .. } = u.unwrap(chunk(&[event], vec![])).unwrap();
+        let Unwrapped { mut rows, bad, .. } = u.unwrap(chunk(&[event], vec![])).unwrap();
+        let rows = rows.remove(0).chunk;
         assert!(bad.is_empty(), "{bad:?}");
         let Payload::Arrow(batch) = &rows.payload else {
             panic!("rows are decoded")

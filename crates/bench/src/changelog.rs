@@ -86,6 +86,7 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
     let mut key_decoder = JsonDecoder::with_threads(schema, 1)?;
     let mut out = Output::default();
     let mut emitted = 0;
+    let mut events = ubik_format::debezium::DebeziumJson::new(decoder.schema(), Default::default());
     let start = Instant::now();
     for part in records.chunks(CHUNK) {
         let chunk = Chunk {
@@ -96,7 +97,8 @@ fn run(sql: &str, records: &[Vec<u8>], changelog: bool) -> Result<(f64, usize)> 
             meta: RecordMeta::default(),
         };
         let rows = match changelog {
-            true => ubik_format::debezium::unwrap(chunk).rows,
+            // Events without a schema: one run of rows.
+            true => events.unwrap_events(chunk).rows.remove(0).chunk,
             false => chunk,
         };
         // The chunk's upserts and deletions in one batch, in order, as the

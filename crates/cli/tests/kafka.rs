@@ -405,6 +405,52 @@ fn round_trip_equals_oracle() {
     }
 }
 
+/// Producers that write times as epoch microseconds say so with
+/// `timestamp_unit=us`: the windows are those of the same instants written
+/// as RFC 3339 text. Read as milliseconds (the default), they would be
+/// dated some 50 000 years ahead.
+#[test]
+fn epoch_numbers_count_the_sources_timestamp_unit() {
+    let Some(_broker) = serial() else { return };
+    let (input, output) = (unique("unit-in"), unique("unit-out"));
+    create_topic(&input, 2);
+    let lines = events(5_000, 20, 2_000, 11);
+    let micros: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let us = ubik_engine::time::parse_rfc3339(v["ts"].as_str().unwrap()).unwrap();
+            v["ts"] = us.into();
+            v.to_string()
+        })
+        .collect();
+    produce(&input, &micros);
+    let source = format!("kafka://{}/{input}?end=latest&timestamp_unit=us", broker());
+    let o = ubik()
+        .args(["run", &Q.replace("{T}", "orders"), "--from"])
+        .arg(format!("orders={source}"))
+        .args(["--to", &format!("kafka://{}/{output}", broker())])
+        .args(["--schema", SCHEMA, "--lateness", "5s", "-q"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = consume_all(&output, "read_committed");
+    assert_matches("timestamp_unit=us", &fold_recs(&recs), &oracle(&lines));
+    // A unit the source cannot have is refused before anything runs.
+    let o = ubik()
+        .args(["validate", "SELECT * FROM orders", "--from"])
+        .arg(format!("orders={source}s"))
+        .args(["--schema", SCHEMA])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("timestamp_unit=\"uss\" is not s, ms, us or ns"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A keyed changelog into a pre-created topic that deletes records by
 /// their timestamp (7 days): a backfill of 2024's windows is refused before
 /// anything is committed; `retention_check=warn` writes it anyway; a

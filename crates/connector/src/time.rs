@@ -118,14 +118,80 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 // ---- parsing timestamps of input records
 
-/// Microseconds since the epoch (UTC), or `None` if `s` is not a timestamp.
+/// What a number in a TIMESTAMP column counts since the epoch:
+/// milliseconds unless the source says otherwise (a `timestamp_unit=`
+/// option, or Debezium's `io.debezium.time.MicroTimestamp` in a change
+/// event's schema).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum EpochUnit {
+    Seconds,
+    #[default]
+    Millis,
+    Micros,
+    Nanos,
+    /// Days (a DATE written as a number, as Connect's `Date` is).
+    Days,
+}
+
+impl EpochUnit {
+    /// The unit a `timestamp_unit=` option names.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "s" => EpochUnit::Seconds,
+            "ms" => EpochUnit::Millis,
+            "us" => EpochUnit::Micros,
+            "ns" => EpochUnit::Nanos,
+            _ => return None,
+        })
+    }
+
+    /// The unit's name in messages: "epoch {plural}".
+    pub fn plural(self) -> &'static str {
+        match self {
+            EpochUnit::Seconds => "seconds",
+            EpochUnit::Millis => "milliseconds",
+            EpochUnit::Micros => "microseconds",
+            EpochUnit::Nanos => "nanoseconds",
+            EpochUnit::Days => "days",
+        }
+    }
+
+    /// `count` of this unit in microseconds (rounded down), if in range.
+    fn micros(self, count: i64) -> Option<i64> {
+        match self {
+            EpochUnit::Seconds => count.checked_mul(1_000_000),
+            EpochUnit::Millis => count.checked_mul(1000),
+            EpochUnit::Micros => Some(count),
+            EpochUnit::Nanos => Some(count.div_euclid(1000)),
+            EpochUnit::Days => count.checked_mul(86_400_000_000),
+        }
+    }
+
+    fn micros_per_unit(self) -> f64 {
+        match self {
+            EpochUnit::Seconds => 1e6,
+            EpochUnit::Millis => 1e3,
+            EpochUnit::Micros => 1.0,
+            EpochUnit::Nanos => 1e-3,
+            EpochUnit::Days => 86_400e6,
+        }
+    }
+}
+
+/// Microseconds since the epoch (UTC), or `None` if `s` is not a timestamp:
+/// RFC 3339, or a number of epoch milliseconds.
 pub fn parse_timestamp_micros(s: &[u8]) -> Option<i64> {
+    parse_timestamp_micros_in(s, EpochUnit::Millis)
+}
+
+/// As [`parse_timestamp_micros`], a number counting `unit`s.
+pub fn parse_timestamp_micros_in(s: &[u8], unit: EpochUnit) -> Option<i64> {
     let s = trim(s);
     if s.is_empty() {
         return None;
     }
     if s.len() < 10 || s[4] != b'-' {
-        return parse_epoch_millis(s);
+        return parse_epoch(s, unit);
     }
     let year = digits(&s[0..4])? as i64;
     let month = digits(&s[5..7])? as u32;
@@ -197,7 +263,7 @@ pub fn parse_timestamp_micros(s: &[u8]) -> Option<i64> {
     Some(micros)
 }
 
-fn parse_epoch_millis(s: &[u8]) -> Option<i64> {
+fn parse_epoch(s: &[u8], unit: EpochUnit) -> Option<i64> {
     let (neg, body) = match s.first() {
         Some(b'-') => (true, &s[1..]),
         _ => (false, s),
@@ -208,14 +274,14 @@ fn parse_epoch_millis(s: &[u8]) -> Option<i64> {
     if body.iter().all(u8::is_ascii_digit) && body.len() <= 18 {
         let v = digits(body)? as i64;
         let v = if neg { -v } else { v };
-        return v.checked_mul(1000);
+        return unit.micros(v);
     }
-    // Fractional or exponent form: milliseconds as a float.
+    // Fractional or exponent form: units as a float.
     let f: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
     if !f.is_finite() {
         return None;
     }
-    let micros = (f * 1000.0).round();
+    let micros = (f * unit.micros_per_unit()).round();
     (micros.abs() < 9.0e18).then_some(micros as i64)
 }
 

@@ -124,6 +124,14 @@ pub trait RecordDecoder: Send {
     /// syntax only: a record is bad for what the query reads, not for a value
     /// of the wrong type in a column it never looks at.
     fn read_only(&mut self, reads: &[bool]) -> Result<()>;
+    /// Numbers in timestamp columns count `units` (one per column of
+    /// [`schema`](Self::schema)) from the next batch on; epoch milliseconds
+    /// until set. Only a text format has numbers to read so: the others
+    /// carry typed timestamps and ignore this.
+    fn set_epoch_units(&mut self, units: &[crate::timestamp::EpochUnit]) -> Result<()> {
+        let _ = units;
+        Ok(())
+    }
 }
 
 /// The encoding of a source's records.

@@ -28,7 +28,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 
 use crate::json::{Infinite, MAX_DEPTH, scale, timestamp_array};
-use crate::timestamp::parse_timestamp_micros;
+use crate::timestamp::{EpochUnit, parse_timestamp_micros_in};
 
 /// One column being built, by the JSON values it takes.
 enum Column {
@@ -40,8 +40,8 @@ enum Column {
     Float32(Float32Builder),
     Bool(BooleanBuilder),
     Text(StringBuilder),
-    /// Values in the column's unit.
-    Timestamp(Int64Builder, TimeUnit),
+    /// Values in the column's unit; numbers count the epoch unit.
+    Timestamp(Int64Builder, TimeUnit, EpochUnit),
     /// A column the query does not read: its values are checked for JSON
     /// syntax only, and it is all null.
     Skip,
@@ -50,7 +50,7 @@ enum Column {
 impl Column {
     /// The builder for `data_type`, or `None` for a type this decoder leaves
     /// to the general one.
-    fn of(data_type: &DataType) -> Option<Self> {
+    fn of(data_type: &DataType, epoch: EpochUnit) -> Option<Self> {
         Some(match data_type {
             DataType::Int8 => Column::Int(Int64Builder::new(), i8::MIN.into(), i8::MAX.into()),
             DataType::Int16 => Column::Int(Int64Builder::new(), i16::MIN.into(), i16::MAX.into()),
@@ -64,7 +64,7 @@ impl Column {
             DataType::Float32 => Column::Float32(Float32Builder::new()),
             DataType::Boolean => Column::Bool(BooleanBuilder::new()),
             DataType::Utf8 => Column::Text(StringBuilder::new()),
-            DataType::Timestamp(unit, _) => Column::Timestamp(Int64Builder::new(), *unit),
+            DataType::Timestamp(unit, _) => Column::Timestamp(Int64Builder::new(), *unit, epoch),
             _ => return None,
         })
     }
@@ -73,7 +73,7 @@ impl Column {
     /// grown once per chunk, not by doubling and copying as values arrive.
     fn presize(&mut self, rows: usize, text_bytes: usize) {
         match self {
-            Column::Int(b, ..) | Column::Timestamp(b, _) => *b = Int64Builder::with_capacity(rows),
+            Column::Int(b, ..) | Column::Timestamp(b, ..) => *b = Int64Builder::with_capacity(rows),
             Column::UInt(b, _) => *b = UInt64Builder::with_capacity(rows),
             Column::Float64(b) => *b = Float64Builder::with_capacity(rows),
             Column::Float32(b) => *b = Float32Builder::with_capacity(rows),
@@ -85,7 +85,7 @@ impl Column {
 
     fn append_null(&mut self) {
         match self {
-            Column::Int(b, ..) | Column::Timestamp(b, _) => b.append_null(),
+            Column::Int(b, ..) | Column::Timestamp(b, ..) => b.append_null(),
             Column::UInt(b, _) => b.append_null(),
             Column::Float64(b) => b.append_null(),
             Column::Float32(b) => b.append_null(),
@@ -107,7 +107,7 @@ impl Column {
             (Column::Float32(b), _) => Arc::new(b.finish()),
             (Column::Bool(b), _) => Arc::new(b.finish()),
             (Column::Text(b), _) => Arc::new(b.finish()),
-            (Column::Timestamp(b, unit), DataType::Timestamp(_, tz)) => {
+            (Column::Timestamp(b, unit, _), DataType::Timestamp(_, tz)) => {
                 let values = b.finish();
                 timestamp_array(
                     values.values().clone(),
@@ -180,9 +180,10 @@ pub(crate) type Step<T = usize> = Result<T, GiveUp>;
 
 impl FlatDecoder {
     /// A decoder for `schema` whose columns `reads` marks false are left null
-    /// (their fields skipped), or `None` when a column read has a type it
+    /// (their fields skipped), with numbers in timestamp columns counting
+    /// `epochs` (one per column), or `None` when a column read has a type it
     /// does not decode, or a name needs escaping as a JSON key.
-    pub(crate) fn new(schema: &SchemaRef, reads: &[bool]) -> Option<Self> {
+    pub(crate) fn new(schema: &SchemaRef, reads: &[bool], epochs: &[EpochUnit]) -> Option<Self> {
         if schema.fields().iter().any(|f| {
             f.name()
                 .bytes()
@@ -194,8 +195,9 @@ impl FlatDecoder {
             .fields()
             .iter()
             .zip(reads)
-            .map(|(f, read)| match read {
-                true => Column::of(f.data_type()),
+            .zip(epochs)
+            .map(|((f, read), epoch)| match read {
+                true => Column::of(f.data_type(), *epoch),
                 false => Some(Column::Skip),
             })
             .collect::<Option<Vec<_>>>()?;
@@ -392,17 +394,17 @@ impl FlatDecoder {
                 }
                 Ok(end)
             }
-            Column::Timestamp(builder, unit) => {
+            Column::Timestamp(builder, unit, epoch) => {
                 // arrow-json hands the general decoder a number's text, so both parse the same bytes.
                 let (end, micros) = match b.get(i) {
                     Some(b'"') => {
                         let (end, plain) = string(text, i + 1, &mut self.scratch)?;
                         let s = plain.unwrap_or(&self.scratch);
-                        (end, parse_timestamp_micros(s.as_bytes()))
+                        (end, parse_timestamp_micros_in(s.as_bytes(), *epoch))
                     }
                     _ => {
                         let (end, _) = number(b, i)?;
-                        (end, parse_timestamp_micros(&b[i..end]))
+                        (end, parse_timestamp_micros_in(&b[i..end], *epoch))
                     }
                 };
                 builder.append_value(micros.and_then(|us| scale(us, *unit)).ok_or(GiveUp)?);
@@ -940,7 +942,11 @@ mod tests {
                     .without_one_pass()
                     .unwrap();
                 general.read_only(reads).unwrap();
-                (FlatDecoder::new(&schema, reads).unwrap(), general)
+                (
+                    FlatDecoder::new(&schema, reads, &vec![EpochUnit::Millis; reads.len()])
+                        .unwrap(),
+                    general,
+                )
             })
             .collect();
         let mut rng = Rng(0x5EED_1234_ABCD_0001);
@@ -1000,7 +1006,7 @@ mod tests {
             })
             .collect();
         let slices: Vec<&[u8]> = records.iter().map(|r| r.as_bytes()).collect();
-        let batch = FlatDecoder::new(&schema, &[true; 14])
+        let batch = FlatDecoder::new(&schema, &[true; 14], &[EpochUnit::Millis; 14])
             .unwrap()
             .decode(&slices);
         let expected = JsonDecoder::with_threads(Arc::clone(&schema), 1)
@@ -1033,8 +1039,8 @@ mod tests {
             Field::new("n", DataType::Int64, true),
             Field::new("d", DataType::Decimal128(10, 2), true),
         ]));
-        assert!(FlatDecoder::new(&schema, &[true, true]).is_none());
+        assert!(FlatDecoder::new(&schema, &[true, true], &[EpochUnit::Millis; 2]).is_none());
         // Unless the query does not read the column.
-        assert!(FlatDecoder::new(&schema, &[true, false]).is_some());
+        assert!(FlatDecoder::new(&schema, &[true, false], &[EpochUnit::Millis; 2]).is_some());
     }
 }

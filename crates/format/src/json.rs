@@ -6,7 +6,8 @@
 //! another schema) goes to arrow-json's tape decoder, which builds the
 //! columns directly too, with no per-row JSON tree. Both give the same rows.
 //! Timestamp columns are parsed by [`crate::timestamp`], which accepts RFC
-//! 3339 and epoch milliseconds.
+//! 3339 and epoch milliseconds (or the unit set for the column,
+//! [`RecordDecoder::set_epoch_units`]).
 //!
 //! When a chunk contains a bad record, the chunk is decoded again record by
 //! record so the good ones are kept and each bad one is reported with its
@@ -38,7 +39,7 @@ use arrow::json::reader::{Decoder, ReaderBuilder};
 use crate::decoder::{BadRecord, Decoded, RecordDecoder};
 use crate::error::Result;
 use crate::flat_json::FlatDecoder;
-use crate::timestamp::parse_timestamp_micros;
+use crate::timestamp::{EpochUnit, parse_timestamp_micros_in};
 
 /// Records decoded per tape; arrow-json preallocates for this many.
 const CHUNK: usize = 8192;
@@ -158,6 +159,8 @@ pub struct JsonDecoder {
     one_pass: bool,
     /// The columns decoded; the others are left null (see [`RecordDecoder::read_only`]).
     reads: Vec<bool>,
+    /// What a number counts in each timestamp column ([`RecordDecoder::set_epoch_units`]).
+    epochs: Vec<EpochUnit>,
 }
 
 impl JsonDecoder {
@@ -170,12 +173,19 @@ impl JsonDecoder {
     /// A decoder using up to `threads` threads (at least one).
     pub fn with_threads(schema: SchemaRef, threads: usize) -> Result<Self> {
         let reads = vec![true; schema.fields().len()];
+        let epochs = vec![EpochUnit::Millis; reads.len()];
         Ok(Self {
-            workers: vec![ChunkDecoder::new(Arc::clone(&schema), true, &reads)?],
+            workers: vec![ChunkDecoder::new(
+                Arc::clone(&schema),
+                true,
+                &reads,
+                &epochs,
+            )?],
             schema,
             threads: threads.max(1),
             one_pass: true,
             reads,
+            epochs,
         })
     }
 
@@ -206,14 +216,36 @@ impl JsonDecoder {
         self.restart()
     }
 
+    /// Numbers in timestamp columns count `units` (one per column) from now
+    /// on; see [`RecordDecoder::set_epoch_units`].
+    pub fn set_epoch_units(&mut self, units: &[EpochUnit]) -> Result<()> {
+        if units.len() != self.epochs.len() {
+            return Err(crate::error::FormatError::Schema(format!(
+                "{} timestamp units for a {}-column source",
+                units.len(),
+                self.epochs.len()
+            )));
+        }
+        if units == self.epochs {
+            return Ok(());
+        }
+        self.epochs = units.to_vec();
+        self.restart()
+    }
+
     /// One worker, for the current settings.
     fn restart(&mut self) -> Result<()> {
-        self.workers = vec![ChunkDecoder::new(
+        self.workers = vec![self.worker()?];
+        Ok(())
+    }
+
+    fn worker(&self) -> Result<ChunkDecoder> {
+        ChunkDecoder::new(
             Arc::clone(&self.schema),
             self.one_pass,
             &self.reads,
-        )?];
-        Ok(())
+            &self.epochs,
+        )
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -228,11 +260,7 @@ impl JsonDecoder {
         let chunks: Vec<&[&[u8]]> = records.chunks(CHUNK).collect();
         let threads = self.threads.min(chunks.len());
         while self.workers.len() < threads {
-            self.workers.push(ChunkDecoder::new(
-                Arc::clone(&self.schema),
-                self.one_pass,
-                &self.reads,
-            )?);
+            self.workers.push(self.worker()?);
         }
         // Worker w decodes a contiguous run of chunks; runs are joined in order.
         let bounds: Vec<usize> = (0..=threads).map(|w| w * chunks.len() / threads).collect();
@@ -298,6 +326,10 @@ impl RecordDecoder for JsonDecoder {
     fn read_only(&mut self, reads: &[bool]) -> Result<()> {
         JsonDecoder::read_only(self, reads)
     }
+
+    fn set_epoch_units(&mut self, units: &[EpochUnit]) -> Result<()> {
+        JsonDecoder::set_epoch_units(self, units)
+    }
 }
 
 /// The one-pass decoder, and one arrow-json decoder with the timestamp
@@ -309,7 +341,8 @@ struct ChunkDecoder {
     /// left null), when some are not read.
     widen: Option<(SchemaRef, Vec<Option<usize>>)>,
     decode_schema: SchemaRef,
-    timestamps: Vec<usize>,
+    /// The timestamp columns of `schema`, and what a number counts in each.
+    timestamps: Vec<(usize, EpochUnit)>,
     decoder: Decoder,
     /// `None` when the schema is not flat (or the one-pass decoder is off).
     one_pass: Option<FlatDecoder>,
@@ -324,12 +357,20 @@ struct ChunkDecoder {
 const MAX_PAUSE: u32 = 64;
 
 impl ChunkDecoder {
-    fn new(source: SchemaRef, one_pass: bool, reads: &[bool]) -> Result<Self> {
-        let flat = one_pass.then(|| FlatDecoder::new(&source, reads)).flatten();
+    fn new(
+        source: SchemaRef,
+        one_pass: bool,
+        reads: &[bool],
+        epochs: &[EpochUnit],
+    ) -> Result<Self> {
+        let flat = one_pass
+            .then(|| FlatDecoder::new(&source, reads, epochs))
+            .flatten();
+        // The source's columns read, in the order of the schema decoded.
+        let read: Vec<usize> = (0..reads.len()).filter(|&c| reads[c]).collect();
         let (schema, widen) = match reads.iter().all(|r| *r) {
             true => (source, None),
             false => {
-                let read: Vec<usize> = (0..reads.len()).filter(|&c| reads[c]).collect();
                 let schema = Arc::new(source.project(&read)?);
                 let at = (0..reads.len())
                     .map(|c| read.iter().position(|&r| r == c))
@@ -337,19 +378,19 @@ impl ChunkDecoder {
                 (schema, Some((source, at)))
             }
         };
-        let timestamps: Vec<usize> = schema
+        let timestamps: Vec<(usize, EpochUnit)> = schema
             .fields()
             .iter()
             .enumerate()
             .filter(|(_, f)| matches!(f.data_type(), DataType::Timestamp(_, _)))
-            .map(|(i, _)| i)
+            .map(|(i, _)| (i, epochs[read[i]]))
             .collect();
         let fields: Vec<Field> = schema
             .fields()
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let dt = if timestamps.contains(&i) {
+                let dt = if timestamps.iter().any(|(c, _)| *c == i) {
                     DataType::Utf8
                 } else {
                     f.data_type().clone()
@@ -550,7 +591,7 @@ impl ChunkDecoder {
                 }
             }
         }
-        for &c in &self.timestamps {
+        for &(c, epoch) in &self.timestamps {
             let field = self.schema.field(c);
             let DataType::Timestamp(unit, tz) = field.data_type() else {
                 continue;
@@ -565,7 +606,8 @@ impl ChunkDecoder {
                     continue;
                 }
                 let s = text.value(i);
-                match parse_timestamp_micros(s.as_bytes()).and_then(|us| scale(us, *unit)) {
+                match parse_timestamp_micros_in(s.as_bytes(), epoch).and_then(|us| scale(us, *unit))
+                {
                     Some(v) => {
                         values.push(v);
                         valid.push(true);
@@ -579,8 +621,9 @@ impl ChunkDecoder {
                                 index: index_of.map_or(i, |ix| ix[i] as usize),
                                 field: Some(field.name().clone()),
                                 reason: format!(
-                                    "cannot read {:?} as a timestamp (expected RFC 3339 such as 2026-11-29T15:01:00Z, or epoch milliseconds)",
-                                    truncate(s, 64)
+                                    "cannot read {:?} as a timestamp (expected RFC 3339 such as 2026-11-29T15:01:00Z, or epoch {})",
+                                    truncate(s, 64),
+                                    epoch.plural()
                                 ),
                             });
                         }

@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
+use ubik_connector::time::EpochUnit;
 
 use crate::error::Error;
 use crate::retention::RetentionCheck;
@@ -72,6 +73,9 @@ pub struct KafkaUrl {
     pub format: Option<String>,
     /// A schema registry's base URL.
     pub registry: Option<String>,
+    /// What a number in a JSON record's TIMESTAMP column counts (`None`:
+    /// milliseconds, or what a Debezium event's schema says).
+    pub timestamp_unit: Option<EpochUnit>,
     /// librdkafka properties from the URL.
     pub properties: BTreeMap<String, String>,
 }
@@ -116,6 +120,7 @@ impl KafkaUrl {
             retention_check: RetentionCheck::Refuse,
             format: None,
             registry: None,
+            timestamp_unit: None,
             properties: BTreeMap::new(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -173,12 +178,19 @@ impl KafkaUrl {
                 }
                 "format" => out.format = Some(v.to_string()),
                 "registry" => out.registry = Some(v.to_string()),
+                "timestamp_unit" => {
+                    out.timestamp_unit = Some(EpochUnit::parse(v).ok_or_else(|| {
+                        Error::Config(format!(
+                            "timestamp_unit={v:?} is not s, ms, us or ns (what a number in a TIMESTAMP column counts since the epoch)"
+                        ))
+                    })?)
+                }
                 k if k.contains('.') => {
                     out.properties.insert(k.to_string(), v.to_string());
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown kafka:// option {other:?} (known: group, start, end, assign, purge, partitions, replication, create, cleanup, transactional_id, retention_check, format, registry; librdkafka properties contain a dot)"
+                        "unknown kafka:// option {other:?} (known: group, start, end, assign, purge, partitions, replication, create, cleanup, transactional_id, retention_check, format, registry, timestamp_unit; librdkafka properties contain a dot)"
                     )));
                 }
             }

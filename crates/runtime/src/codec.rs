@@ -13,6 +13,7 @@ use ubik_engine::QueryPlan;
 use ubik_format::ChangeEncoder;
 use ubik_format::changelog::ChangelogEncoder;
 use ubik_format::debezium::ChangeEvents;
+use ubik_format::timestamp::EpochUnit;
 use ubik_kafka::KafkaUrl;
 
 use crate::error::{Result, RuntimeError};
@@ -77,6 +78,22 @@ fn registry(url: &KafkaUrl, settings: &BTreeMap<String, String>) -> Result<Regis
         ));
     }
     Registry::new(url.registry.as_deref(), settings).map_err(avro_error)
+}
+
+/// What a number counts in the TIMESTAMP columns of a JSON source's
+/// records (`timestamp_unit=`; `None`: milliseconds, or for Debezium what
+/// each event's schema says). Avro carries typed times: refused there.
+pub fn epoch_unit(endpoint: &Endpoint) -> Result<Option<EpochUnit>> {
+    let Endpoint::Kafka(text) = endpoint else {
+        return Ok(None);
+    };
+    let url = kafka_url(text)?;
+    match (named(&url, false)?, url.timestamp_unit) {
+        (Named::Avro | Named::DebeziumAvro, Some(_)) => Err(RuntimeError::Config(format!(
+            "{text}: timestamp_unit= is for JSON records; Avro's timestamps carry their unit (timestamp-millis, timestamp-micros): drop timestamp_unit="
+        ))),
+        (_, unit) => Ok(unit),
+    }
 }
 
 /// The Avro decoder of a source whose URL names `format=avro`: its columns
@@ -157,9 +174,10 @@ pub fn change_source(
                     "{text} reads Debezium change events: declare the table's columns with its PRIMARY KEY"
                 ))
             })?;
+            let unit = url.timestamp_unit.unwrap_or_default();
             Ok(Some(ChangeSource {
+                events: Box::new(ubik_format::debezium::DebeziumJson::new(&schema, unit)),
                 schema,
-                events: Box::new(ubik_format::debezium::DebeziumJson),
             }))
         }
         Named::DebeziumAvro => {

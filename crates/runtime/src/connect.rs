@@ -148,6 +148,7 @@ pub fn open_source(
         format,
     } = spec;
     let named = table_name(table.as_deref(), Some(&endpoint), sql, "");
+    let epoch_unit = crate::codec::epoch_unit(&endpoint)?;
     let avro = crate::codec::source_decoder(&endpoint, kafka)?;
     if avro.is_some() && schema.is_some() {
         return Err(RuntimeError::Config(
@@ -195,7 +196,11 @@ pub fn open_source(
             s
         }
     };
-    let decoder = format.decoder(Arc::clone(&schema), spec_settings.query.resolved_threads())?;
+    let mut decoder =
+        format.decoder(Arc::clone(&schema), spec_settings.query.resolved_threads())?;
+    if let Some(unit) = epoch_unit {
+        decoder.set_epoch_units(&vec![unit; schema.fields().len()])?;
+    }
     Ok(OpenedSource {
         table,
         source,

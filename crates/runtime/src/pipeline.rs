@@ -881,21 +881,24 @@ impl Pipeline {
     }
 
     fn on_chunk(&mut self, input: usize, chunk: Chunk, out: &mut Output) -> Result<()> {
-        let chunk = match &mut self.inputs[input].changes {
-            Some(changes) => {
-                // Debezium's events become the table's rows and deletions;
-                // the records that become none (bad, tombstones) count as read here.
-                let events = chunk.payload.len();
-                let unwrapped = changes.unwrap(chunk)?;
-                self.stats.records_in += (events - unwrapped.rows.payload.len()) as u64;
-                for b in &unwrapped.bad {
-                    self.bad_record(input, &unwrapped.rejected, b)?;
-                }
-                unwrapped.rows
-            }
-            None => chunk,
+        let Some(changes) = &mut self.inputs[input].changes else {
+            return self.on_records(input, chunk, out);
         };
-        self.on_records(input, chunk, out)
+        // Debezium's events become the table's rows and deletions;
+        // the records that become none (bad, tombstones) count as read here.
+        let events = chunk.payload.len();
+        let unwrapped = changes.unwrap(chunk)?;
+        self.stats.records_in += (events - unwrapped.row_count()) as u64;
+        for b in &unwrapped.bad {
+            self.bad_record(input, &unwrapped.rejected, b)?;
+        }
+        for run in unwrapped.rows {
+            if let Some(units) = &run.epochs {
+                self.inputs[input].decoder.set_epoch_units(units)?;
+            }
+            self.on_records(input, run.chunk, out)?;
+        }
+        Ok(())
     }
 
     /// A record that cannot be decoded: the run fails, or it is skipped or

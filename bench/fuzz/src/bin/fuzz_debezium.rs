@@ -13,8 +13,9 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field, Schema};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use ubik_format::debezium::{Unwrapped, unwrap};
+use ubik_format::debezium::{DebeziumJson, Unwrapped};
 use ubik_format::json::JsonDecoder;
+use ubik_format::timestamp::EpochUnit;
 use ubik_fuzz::{Damage, damage, events_chunk};
 
 /// (op, id, name, source time, with schema envelope, tombstone instead)
@@ -71,11 +72,18 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
     }
     let n = records.len();
     let chunk = events_chunk(&records, tombstones.clone());
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]));
     let Unwrapped {
-        rows,
+        mut rows,
         rejected,
         bad,
-    } = unwrap(chunk);
+    } = DebeziumJson::new(&schema, EpochUnit::Millis).unwrap_events(chunk);
+    // The events' schemas name no time types: one run.
+    prop_assert_eq!(rows.len(), 1);
+    let rows = rows.remove(0).chunk;
     let accounted = rows.payload.len() + bad.len() + tombstones.len();
     prop_assert_eq!(accounted, n, "every record once");
     prop_assert_eq!(rejected.payload.len(), bad.len());
@@ -99,10 +107,6 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
         }
     }
     // The rows decode as the table's JSON (bad ones are the decoder's to report).
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, true),
-        Field::new("name", DataType::Utf8, true),
-    ]));
     let mut decoder = JsonDecoder::new(schema).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let decoded = decoder
         .decode(&records)

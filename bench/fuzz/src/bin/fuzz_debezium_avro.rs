@@ -105,10 +105,12 @@ fn check(cases: Vec<(Event, Damage)>) -> Result<(), TestCaseError> {
     let table = table_of(&envelope, &["id".into()]).map_err(|e| fail(&e))?;
     let mut unwrapper = DebeziumAvro::new(envelope, table).map_err(|e| fail(&e))?;
     let Unwrapped {
-        rows,
+        mut rows,
         rejected,
         bad,
     } = unwrapper.unwrap(chunk).map_err(|e| fail(&e))?;
+    prop_assert_eq!(rows.len(), 1, "Arrow rows are one run");
+    let rows = rows.remove(0).chunk;
     let accounted = rows.payload.len() + bad.len() + tombstones.len();
     prop_assert_eq!(accounted, n, "every record once");
     prop_assert_eq!(rejected.payload.len(), bad.len());

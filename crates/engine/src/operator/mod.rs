@@ -103,15 +103,25 @@ impl std::fmt::Display for RejectReason {
                 f,
                 "a deletion (a tombstone) of a key, but this query does not read the table as the versioned side of a temporal join, the only place ubik applies deletions; declare the table's PRIMARY KEY and join it FOR SYSTEM_TIME AS OF, or filter tombstones out upstream"
             ),
-            RejectReason::FutureEventTime { event_time, limit } => write!(
-                f,
-                "event time {} is too far in the future (limit {}); raise --max-future if the clock is right",
-                ts(*event_time),
-                ts(*limit)
-            ),
+            RejectReason::FutureEventTime { event_time, limit } => {
+                write!(
+                    f,
+                    "event time {} is too far in the future (limit {}); raise --max-future if the clock is right",
+                    ts(*event_time),
+                    ts(*limit)
+                )?;
+                // Past year 10 000: a number of a finer unit read as milliseconds.
+                if *event_time >= YEAR_10000_MICROS {
+                    f.write_str(", or, if the records hold epoch microseconds or nanoseconds (Debezium's default for TIMESTAMP columns), add timestamp_unit=us (or ns) to the source URL")?;
+                }
+                Ok(())
+            }
         }
     }
 }
+
+/// 10000-01-01T00:00:00Z in microseconds since the epoch.
+const YEAR_10000_MICROS: i64 = 253_402_300_800_000_000;
 
 impl RejectReason {
     /// A short machine-readable code (dead-letter headers, metrics labels).

@@ -22,6 +22,8 @@ use crate::flat_json::{
 /// null).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Fields<'a> {
+    /// Connect's `schema` beside the `payload` (bounded by its brackets).
+    pub schema: Option<&'a str>,
     pub before: Option<&'a str>,
     pub after: Option<&'a str>,
     pub op: Option<Cow<'a, str>>,
@@ -47,7 +49,10 @@ pub(super) fn skim(record: &[u8]) -> Option<Fields<'_>> {
         return None;
     }
     match (&fields.op, payload) {
-        (None, Some(payload)) => Some(payload),
+        (None, Some(payload)) => Some(Fields {
+            schema: fields.schema,
+            ..payload
+        }),
         _ => Some(fields),
     }
 }
@@ -63,7 +68,7 @@ fn envelope<'a>(
     let b = text.as_bytes();
     let mut fields = Fields::default();
     let mut payload = None;
-    let mut seen = [false; 6];
+    let mut seen = [false; 7];
     let mut i = skip_ws(b, expect(b, i, b'{')?);
     if b.get(i) == Some(&b'}') {
         return Ok((i + 1, fields, payload));
@@ -71,9 +76,11 @@ fn envelope<'a>(
     loop {
         let (after_key, key) = name(text, i)?;
         i = skip_ws(b, expect(b, skip_ws(b, after_key), b':')?);
-        let field = ["before", "after", "op", "source", "ts_ms", "payload"]
-            .iter()
-            .position(|k| *k == key);
+        let field = [
+            "before", "after", "op", "source", "ts_ms", "payload", "schema",
+        ]
+        .iter()
+        .position(|k| *k == key);
         if let Some(f) = field
             && std::mem::replace(&mut seen[f], true)
         {
@@ -109,6 +116,16 @@ fn envelope<'a>(
                 fields.ts_ms = Some(ts);
                 end
             }
+            Some(6) if outer => {
+                let end = match b.get(i) {
+                    Some(b'{' | b'[') => bracketed(b, i)?,
+                    _ => skip_value(text, i, 2, scratch)?,
+                };
+                fields.schema = Some(&text[i..end]);
+                end
+            }
+            // serde reads a payload's own schema, and ignores it.
+            Some(6) => skip_value(text, i, 2, scratch)?,
             Some(_) if outer => {
                 let (end, inner, _) = envelope(text, i, false, scratch)?;
                 payload = Some(inner);
@@ -286,7 +303,10 @@ mod tests {
                     let json = |v: Option<&str>| {
                         v.is_none_or(|v| serde_json::from_str::<serde::de::IgnoredAny>(v).is_ok())
                     };
-                    assert!(!json(fields.before) || !json(fields.after), "{text}");
+                    assert!(
+                        !json(fields.before) || !json(fields.after) || !json(fields.schema),
+                        "{text}"
+                    );
                 }
                 (None, read) => refused += usize::from(read.is_err()),
             }
