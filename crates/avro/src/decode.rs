@@ -11,6 +11,10 @@
 //! the query reads was removed and has no default) stops the run with
 //! arrow-avro's reason.
 //!
+//! Records written with the reader schema itself, when it is a flat record
+//! of primitive fields, are read by the one-pass decoder of `crate::flat`
+//! instead, straight into the columns; what it gives up on comes here.
+//!
 //! A bad record (not Confluent-framed, an unknown schema id, a body that
 //! does not match its writer schema) is reported with its index and the
 //! good ones are kept: arrow-avro's decoder is rebuilt and the records
@@ -20,15 +24,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, new_null_array};
-use arrow::compute::concat_batches;
-use arrow::datatypes::SchemaRef;
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, new_null_array};
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMillisecondType};
 use arrow_avro::codec::Tz;
 use arrow_avro::reader::{Decoder, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 use ubik_format::{BadRecord, Decoded, FormatError, RecordDecoder};
 
 use crate::error::{AvroError, Result};
+use crate::flat::FlatDecoder;
 use crate::types::{convert, table_schema};
 
 /// Rows arrow-avro's decoder holds before a flush.
@@ -110,6 +115,11 @@ pub struct AvroDecoder {
     good: Vec<u32>,
     bad: Vec<BadRecord>,
     scratch: Vec<u8>,
+    /// The one-pass decoder, when the reader schema is one it reads.
+    flat: Option<FlatDecoder>,
+    /// Writer schema ids whose schema is the reader's: records the
+    /// one-pass decoder may read.
+    flat_ids: BTreeSet<u32>,
 }
 
 impl AvroDecoder {
@@ -117,7 +127,10 @@ impl AvroDecoder {
     /// writer schemas from `schemas`.
     pub fn new(reader: String, schemas: Box<dyn WriterSchemas>) -> Result<Self> {
         let table = columns_of(&reader)?;
+        let flat = FlatDecoder::new(&reader, &table, None);
         Ok(Self {
+            flat,
+            flat_ids: BTreeSet::new(),
             reader,
             table,
             schemas,
@@ -131,6 +144,13 @@ impl AvroDecoder {
             bad: Vec::new(),
             scratch: Vec::new(),
         })
+    }
+
+    /// This decoder without the one-pass decoder: every chunk goes to
+    /// arrow-avro (for benchmarks and tests that compare the two).
+    pub fn without_one_pass(mut self) -> Self {
+        self.flat = None;
+        self
     }
 
     /// The reader schema's JSON text.
@@ -213,6 +233,9 @@ impl AvroDecoder {
             return Ok(false);
         };
         self.flush(records)?;
+        if same_schema(&schema, &self.reader) {
+            self.flat_ids.insert(id);
+        }
         self.writers.insert(id, schema);
         self.decoder = None;
         if let Err(e) = self.decoder() {
@@ -331,7 +354,34 @@ impl AvroDecoder {
         Ok(())
     }
 
+    /// `records` by the one-pass decoder, if each is framed with a writer
+    /// schema that is the reader's and reads exactly.
+    pub(crate) fn decode_flat(&mut self, records: &[&[u8]]) -> Option<Decoded> {
+        let flat = self.flat.as_mut()?;
+        let mut bodies = Vec::with_capacity(records.len());
+        // A topic's records mostly share one id: look up only a change of it.
+        let mut last = None;
+        for record in records {
+            let id = frame(record)?;
+            if last != Some(id) {
+                if !self.flat_ids.contains(&id) {
+                    return None;
+                }
+                last = Some(id);
+            }
+            bodies.push(&record[5..]);
+        }
+        Some(Decoded {
+            batch: flat.decode(&bodies)?,
+            records: Vec::new(),
+            bad: Vec::new(),
+        })
+    }
+
     fn decode_all(&mut self, records: &[&[u8]]) -> Result<Decoded> {
+        if let Some(decoded) = self.decode_flat(records) {
+            return Ok(decoded);
+        }
         self.held.clear();
         self.done.clear();
         self.bad.clear();
@@ -379,6 +429,7 @@ impl AvroDecoder {
         }
         self.flush(records)?;
         let batches = std::mem::take(&mut self.done);
+        let batches = self.drop_out_of_range(batches)?;
         let batch = self.to_table(&batches)?;
         let mut bad = std::mem::take(&mut self.bad);
         bad.sort_by_key(|b| b.index);
@@ -388,6 +439,54 @@ impl AvroDecoder {
             records: if bad.is_empty() { Vec::new() } else { good },
             bad,
         })
+    }
+
+    /// `batches` without the rows whose `timestamp-millis` value has no
+    /// TIMESTAMP (microseconds in 64 bits: beyond 292 000 years from
+    /// 1970), which become bad records instead of failing the chunk.
+    fn drop_out_of_range(&mut self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        const LIMIT: u64 = i64::MAX as u64 / 1000;
+        let mut first_row = 0;
+        let mut dropped = Vec::new();
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let rows = batch.num_rows();
+            let mut keep = vec![true; rows];
+            for (column, field) in batch.columns().iter().zip(batch.schema().fields()) {
+                let DataType::Timestamp(TimeUnit::Millisecond, _) = field.data_type() else {
+                    continue;
+                };
+                let millis = column.as_primitive::<TimestampMillisecondType>();
+                if !millis.values().iter().any(|v| v.unsigned_abs() > LIMIT) {
+                    continue;
+                }
+                for (r, v) in millis.iter().enumerate() {
+                    if let Some(v) = v
+                        && v.unsigned_abs() > LIMIT
+                        && std::mem::replace(&mut keep[r], false)
+                    {
+                        dropped.push(first_row + r);
+                        self.bad.push(BadRecord {
+                            index: self.good[first_row + r] as usize,
+                            field: Some(field.name().clone()),
+                            reason: format!(
+                                "timestamp-millis {v} is out of TIMESTAMP's range (microseconds since 1970 in 64 bits)"
+                            ),
+                        });
+                    }
+                }
+            }
+            first_row += rows;
+            out.push(match keep.iter().all(|k| *k) {
+                true => batch,
+                false => filter_record_batch(&batch, &BooleanArray::from(keep))?,
+            });
+        }
+        dropped.sort_unstable();
+        for row in dropped.into_iter().rev() {
+            self.good.remove(row);
+        }
+        Ok(out)
     }
 
     /// Decoded batches as one batch of the table's schema (columns the
@@ -452,6 +551,9 @@ impl RecordDecoder for AvroDecoder {
             projection.push(0);
         }
         self.projection = (projection.len() < self.table.fields().len()).then_some(projection);
+        if self.flat.is_some() {
+            self.flat = FlatDecoder::new(&self.reader, &self.table, self.projection.as_deref());
+        }
         self.decoder = None;
         Ok(())
     }

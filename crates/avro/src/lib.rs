@@ -24,6 +24,7 @@ pub mod debezium;
 pub mod decode;
 pub mod encode;
 pub mod error;
+mod flat;
 pub mod registry;
 pub mod types;
 

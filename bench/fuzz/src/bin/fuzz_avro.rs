@@ -4,7 +4,8 @@
 //! damaged (truncated, a byte changed, bytes appended, another schema id or
 //! magic byte), some random bytes. The decoder must not panic, must account
 //! for every record exactly once (a row or a bad record), and must decode
-//! every undamaged record to its own values.
+//! every undamaged record to its own values; decoding the chunk again (by
+//! the one-pass decoder, once the schema id is known) gives the same.
 
 use std::collections::BTreeMap;
 
@@ -92,6 +93,23 @@ fn check(cases: Vec<(Row, Damage)>) -> Result<(), TestCaseError> {
     let decoded = decoder
         .decode(&refs)
         .map_err(|e| TestCaseError::fail(format!("decode failed: {e}")))?;
+    // The first chunk learns the schema id through arrow-avro; the same
+    // chunk again may go to the one-pass decoder, which must agree.
+    let again = decoder
+        .decode(&refs)
+        .map_err(|e| TestCaseError::fail(format!("decode failed: {e}")))?;
+    prop_assert_eq!(
+        &again.batch,
+        &decoded.batch,
+        "the one-pass decoder disagrees"
+    );
+    let reasons = |d: &ubik_format::Decoded| {
+        d.bad
+            .iter()
+            .map(|b| (b.index, b.reason.clone()))
+            .collect::<Vec<_>>()
+    };
+    prop_assert_eq!(reasons(&again), reasons(&decoded));
     let rows = decoded.batch.num_rows();
     let mut seen = vec![0u8; records.len()];
     for r in 0..rows {
