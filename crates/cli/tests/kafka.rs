@@ -1880,12 +1880,20 @@ fn join_run(
 /// A join of topics spread at random (4 partitions each) runs across a
 /// group: first stages route each side (by the join key, or all to one
 /// keyed task), keyed tasks join. One member is killed -9 mid-run and
-/// another dies at a kill point between a transaction's commit and its
-/// checkpoint; a fourth joins. The group's committed records are one
+/// another dies at `failpoint` (between a transaction's commit and its
+/// checkpoint, or inside an exchange, between a first stage's produce and
+/// its commit); a fourth joins. The group's committed records are one
 /// process's, byte for byte, every version, and at least `min_records`.
 /// (Before joins were routed, every member stopped with "a join cannot be
 /// repartitioned by key yet".)
-fn group_join_case(name: &str, sql: &str, tables: Vec<Table>, extra: &[&str], min_records: usize) {
+fn group_join_case(
+    name: &str,
+    sql: &str,
+    tables: Vec<Table>,
+    extra: &[&str],
+    min_records: usize,
+    failpoint: &str,
+) {
     let Some(_broker) = serial() else { return };
     let inputs: Vec<(&str, String, &str)> = tables
         .iter()
@@ -1930,7 +1938,7 @@ fn group_join_case(name: &str, sql: &str, tables: Vec<Table>, extra: &[&str], mi
             .arg(dir.path().join(format!("ck{i}")))
             .env("RUST_LOG", "info");
         if i == 1 {
-            c.env("UBIK_FAILPOINT", "after-commit:20");
+            c.env("UBIK_FAILPOINT", failpoint);
         }
         let log = std::fs::File::create(dir.path().join(format!("log{i}"))).unwrap();
         Running(c.stdout(Stdio::null()).stderr(log).spawn().unwrap())
@@ -1955,7 +1963,8 @@ fn group_join_case(name: &str, sql: &str, tables: Vec<Table>, extra: &[&str], mi
     while members[1].try_wait().unwrap().is_none() {
         assert!(
             died.elapsed() < Duration::from_secs(60),
-            "member 1 never reached its failpoint"
+            "member 1 never reached its failpoint:\n{}",
+            log(1)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -2014,6 +2023,7 @@ fn a_group_joins_two_topics_spread_at_random() {
         ],
         &["--event-time", "ts", "--lateness", "1s"],
         3_000,
+        "after-commit:20",
     );
 }
 
@@ -2040,7 +2050,9 @@ fn nexmark_lines(table: &str, events: usize) -> Vec<String> {
 
 /// Nexmark q20 (each bid with its auction as of the bid's time, a temporal
 /// join) over the generator's auction and bid streams spread over two
-/// topics: both sides routed by the auction id.
+/// topics: both sides routed by the auction id. The member that dies at a
+/// failpoint dies inside an exchange: at its first stage's first commit,
+/// its routed rows produced into the exchange's transaction, uncommitted.
 #[test]
 fn nexmark_q20_runs_across_a_group() {
     let sql = std::fs::read_to_string(concat!(
@@ -2065,5 +2077,6 @@ fn nexmark_q20_runs_across_a_group() {
         ],
         &["--event-time", "date_time"],
         1_000,
+        "exchange-before-commit:1",
     );
 }

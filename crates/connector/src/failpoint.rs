@@ -8,7 +8,9 @@
 //! The names in use:
 //!
 //! - `checkpoint-replica`: a replica's chunks are sent, its manifest is not;
-//! - `after-commit`: the sink committed an epoch, its checkpoint is not written.
+//! - `after-commit`: the sink committed an epoch, its checkpoint is not written;
+//! - `exchange-before-commit`: a first stage wrote an epoch's routed rows
+//!   and progress into its exchange's transaction, which is not committed.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1368,6 +1368,12 @@ impl Pipeline {
         progress_told && self.checkpointed_at.as_ref() == Some(&self.positions())
     }
 
+    /// Whether this is a first stage, routing rows by key into an exchange
+    /// ([`Self::write_shuffled`]).
+    pub fn routes_by_key(&self) -> bool {
+        matches!(self.stage, Stage::Shuffle { .. })
+    }
+
     /// Hands a first stage's routed records to `write` (target partition,
     /// bytes), then, with `progress`, a progress record of each of its
     /// source partitions to every target (at a commit). Stops at the first

@@ -55,6 +55,10 @@ fn commit_epoch(
         }
         Err(e) => return Err(e.into()),
     }
+    if pipeline.routes_by_key() {
+        // A first stage's epoch is in its exchange, uncommitted.
+        ubik_connector::failpoint::hit("exchange-before-commit");
+    }
     match sink.commit() {
         Ok(()) => {
             if let Some(t) = first_write.take() {
