@@ -185,19 +185,24 @@ impl DebeziumJson {
                 continue;
             }
             let position = chunk.positions.get(i).copied().unwrap_or_default();
-            let read = read_event(&data[record_span.clone()])
-                .and_then(|(change, time, schema)| Ok((change, time, self.units(schema)?)));
+            // An event without a schema counts the default units (no
+            // reference counting per event).
+            let read = read_event(&data[record_span.clone()]).and_then(|(change, time, schema)| {
+                let units = schema.map(|s| self.units(Some(s))).transpose()?;
+                Ok((change, time, units))
+            });
             match read {
                 Ok((change, time, units)) => {
+                    let units = units.as_ref().unwrap_or(&self.default_units);
                     let (range, deletion) = match change {
                         Change::Upsert(r) => (r, false),
                         Change::Delete(r) => (r, true),
                     };
                     // Rows whose timestamps count other units start a run of their own.
                     let run = match runs.last_mut() {
-                        Some(run) if run.units == units => run,
+                        Some(run) if Arc::ptr_eq(&run.units, units) || run.units == *units => run,
                         _ => {
-                            runs.push(Run::new(units));
+                            runs.push(Run::new(Arc::clone(units)));
                             runs.last_mut().expect("pushed")
                         }
                     };
