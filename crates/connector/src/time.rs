@@ -145,6 +145,17 @@ impl EpochUnit {
         })
     }
 
+    /// The name [`Self::parse`] reads (`days` has none there).
+    pub fn name(self) -> &'static str {
+        match self {
+            EpochUnit::Seconds => "s",
+            EpochUnit::Millis => "ms",
+            EpochUnit::Micros => "us",
+            EpochUnit::Nanos => "ns",
+            EpochUnit::Days => "days",
+        }
+    }
+
     /// The unit's name in messages: "epoch {plural}".
     pub fn plural(self) -> &'static str {
         match self {

@@ -14,6 +14,7 @@ use ubik_connectors::{ArrowSource, DemoSource, FileSource, NexmarkSource, Stdout
 use ubik_engine::{Catalog, QueryOptions, QueryPlan, plan_query};
 use ubik_format::debezium::ChangeEvents;
 use ubik_format::schema::describe;
+use ubik_format::timestamp::EpochUnit;
 use ubik_format::{ChangeEncoder, RecordDecoder};
 use ubik_kafka::{EmitMode, KafkaDeadLetters, KafkaSink};
 
@@ -33,6 +34,9 @@ pub struct OpenedSource {
     /// For a changelog source (Debezium), turns its change events into
     /// rows and deletions first.
     pub changes: Option<Box<dyn ChangeEvents>>,
+    /// What numbers count in its TIMESTAMP columns (`timestamp_unit=`),
+    /// for the decoders made later (deletions' keys).
+    pub epoch_unit: Option<EpochUnit>,
 }
 
 /// A pipeline and its changelog sink, opened.
@@ -184,6 +188,7 @@ pub fn open_source(
             schema: Arc::clone(avro.schema()),
             decoder: Box::new(avro),
             changes: None,
+            epoch_unit: None,
         });
     }
     let schema = match schema.or_else(|| source.schema()) {
@@ -207,6 +212,7 @@ pub fn open_source(
         schema,
         decoder,
         changes,
+        epoch_unit,
     })
 }
 
@@ -385,13 +391,19 @@ fn unread_table(
             "a repartitioned group reads its rows back from the repartition topic, so the schema of `{table}` must be declared (--schema {table}=...)"
         ))
     })?;
-    let decoder = spec
+    let mut decoder = spec
         .format
         .decoder(Arc::clone(&schema), settings.query.resolved_threads())?;
+    // The routed rows are the source's records: their numbers count its unit.
+    let epoch_unit = crate::codec::epoch_unit(&spec.endpoint)?;
+    if let Some(unit) = epoch_unit {
+        decoder.set_epoch_units(&vec![unit; schema.fields().len()])?;
+    }
     Ok(UnreadTable {
         table,
         schema,
         decoder,
+        epoch_unit,
     })
 }
 
@@ -475,7 +487,13 @@ pub fn open_task(spec: &PipelineSpec, task: TaskKind, layout: &GroupLayout) -> R
                 )));
             }
             source.table = Some(table.clone());
-            source.endpoint = Endpoint::Kafka(format!("{repartition_url}?assign={r}&purge=true"));
+            // The routed records are the source's bytes: their numbers count its unit.
+            let unit = match crate::codec::epoch_unit(&source.endpoint)? {
+                Some(unit) => format!("&timestamp_unit={}", unit.name()),
+                None => String::new(),
+            };
+            source.endpoint =
+                Endpoint::Kafka(format!("{repartition_url}?assign={r}&purge=true{unit}"));
             // Every table's first stages, in the spec's order.
             let upstream = std::iter::once(table)
                 .chain(unread.iter().map(|u| u.table.clone()))

@@ -26,6 +26,7 @@ use ubik_engine::time::{MIN_TIME, next_tick};
 use ubik_engine::{ChangeBatch, Output, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
 use ubik_format::debezium::ChangeEvents;
 use ubik_format::schema::describe;
+use ubik_format::timestamp::EpochUnit;
 use ubik_format::{BadRecord, RecordDecoder};
 
 use crate::changes::{decode_changes, encode_changes};
@@ -188,6 +189,8 @@ pub struct UnreadTable {
     pub table: String,
     pub schema: SchemaRef,
     pub decoder: Box<dyn RecordDecoder>,
+    /// What numbers count in its TIMESTAMP columns (`timestamp_unit=`).
+    pub epoch_unit: Option<EpochUnit>,
 }
 
 /// How a second stage decodes the routed rows of one of the query's tables.
@@ -198,6 +201,7 @@ struct RoutedTable {
     decoder: Box<dyn RecordDecoder>,
     /// Decodes the keys of deletions (made when the first one arrives).
     key_decoder: Option<Box<dyn RecordDecoder>>,
+    epoch_unit: Option<EpochUnit>,
 }
 
 /// Writes one routed record (target partition, bytes).
@@ -234,6 +238,8 @@ struct Input {
     changes: Option<Box<dyn ChangeEvents>>,
     /// Decodes the keys of deletions (made when the first one arrives).
     key_decoder: Option<Box<dyn RecordDecoder>>,
+    /// What numbers count in its TIMESTAMP columns (`timestamp_unit=`).
+    epoch_unit: Option<EpochUnit>,
     schema: SchemaRef,
     /// Its index among the plan's sources (the high bits of its partition ids).
     index: usize,
@@ -259,13 +265,14 @@ impl Input {
             decoder,
             key_decoder,
             schema,
+            epoch_unit,
             ..
         } = self;
         ubik_format::decoder::decode_mixed(
             records,
             deleted,
             &mut |values| decoder.decode(values),
-            &mut |keys| decode_keys(schema, key_decoder, keys),
+            &mut |keys| decode_keys(schema, key_decoder, *epoch_unit, keys),
         )
     }
 }
@@ -276,6 +283,7 @@ impl Input {
 fn decode_keys(
     schema: &SchemaRef,
     decoder: &mut Option<Box<dyn RecordDecoder>>,
+    epoch_unit: Option<EpochUnit>,
     keys: &[&[u8]],
 ) -> ubik_format::Result<ubik_format::Decoded> {
     let primary_key = ubik_format::schema::primary_key(schema);
@@ -285,10 +293,13 @@ fn decode_keys(
         .collect();
     let decoder = match decoder {
         Some(d) => d,
-        None => decoder.insert(Box::new(ubik_format::json::JsonDecoder::with_threads(
-            Arc::clone(schema),
-            1,
-        )?)),
+        None => {
+            let mut d = ubik_format::json::JsonDecoder::with_threads(Arc::clone(schema), 1)?;
+            if let Some(unit) = epoch_unit {
+                d.set_epoch_units(&vec![unit; schema.fields().len()])?;
+            }
+            decoder.insert(Box::new(d))
+        }
     };
     let refs: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
     let mut decoded = decoder.decode(&refs)?;
@@ -468,6 +479,7 @@ impl Pipeline {
                 schema,
                 mut decoder,
                 changes,
+                epoch_unit,
             } = opened;
             let index = query.plan().source_index(&table).ok_or_else(|| {
                 RuntimeError::Config(format!(
@@ -493,6 +505,7 @@ impl Pipeline {
                 decoder,
                 changes,
                 key_decoder: None,
+                epoch_unit,
                 schema,
                 index,
                 ended: false,
@@ -503,6 +516,7 @@ impl Pipeline {
             table,
             schema,
             mut decoder,
+            epoch_unit,
         } in unread
         {
             let index = query.plan().source_index(&table).ok_or_else(|| {
@@ -514,6 +528,7 @@ impl Pipeline {
                 schema,
                 decoder,
                 key_decoder: None,
+                epoch_unit,
             });
         }
         if let Some(missing) = query.plan().sources.iter().enumerate().find(|(i, s)| {
@@ -1490,7 +1505,7 @@ impl Pipeline {
         let decoded = if source == self.inputs[input].index {
             let i = &mut self.inputs[input];
             match deletion {
-                true => decode_keys(&i.schema, &mut i.key_decoder, &run.records)?,
+                true => decode_keys(&i.schema, &mut i.key_decoder, i.epoch_unit, &run.records)?,
                 false => i.decoder.decode(&run.records)?,
             }
         } else {
@@ -1504,7 +1519,7 @@ impl Pipeline {
                     ))
                 })?;
             match deletion {
-                true => decode_keys(&t.schema, &mut t.key_decoder, &run.records)?,
+                true => decode_keys(&t.schema, &mut t.key_decoder, t.epoch_unit, &run.records)?,
                 false => t.decoder.decode(&run.records)?,
             }
         };
