@@ -2,7 +2,7 @@
 //! reader schema itself, a flat record of primitive fields (`boolean`,
 //! `int`, `long`, `float`, `double`, `string`, `timestamp-millis`/`-micros`,
 //! `date`, each optionally in a union with `null`). It reads each body
-//! straight into the table's column builders, with no per-record call into
+//! straight into plain column vectors, with no per-record call into
 //! arrow-avro and no conversion after it.
 //!
 //! It reads exactly what arrow-avro reads, or gives up: on anything else
@@ -509,7 +509,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use arrow::array::Array;
-    use ubik_format::RecordDecoder;
+    use ubik_format::{Decoded, RecordDecoder};
 
     use crate::decode::AvroDecoder;
 
@@ -693,6 +693,4 @@ mod tests {
         }
         assert!(fast > 300 && slow > 100, "{fast} {slow}");
     }
-
-    use ubik_format::Decoded;
 }

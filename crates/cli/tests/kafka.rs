@@ -335,9 +335,15 @@ fn fold_recs(recs: &[Rec]) -> State {
 
 /// DataFusion over the same rows, keyed like the changelog.
 fn oracle(lines: &[String]) -> State {
+    oracle_of(ORACLE, lines)
+}
+
+/// DataFusion running `sql` (over `orders`, keyed by its first two
+/// columns) over `lines`.
+fn oracle_of(sql: &str, lines: &[String]) -> State {
     let text = ubik_testkit::events::jsonl(lines);
     one_shot(
-        ORACLE,
+        sql,
         &read_jsonl(text.as_bytes(), &orders_schema(SCHEMA)),
         &[0, 1],
     )
@@ -430,45 +436,42 @@ fn epoch_numbers_count_the_sources_timestamp_unit() {
     let q_last = Q
         .replace("{T}", "orders")
         .replace("sum(amount) AS total", "max(ts) AS last");
-    let text = ubik_testkit::events::jsonl(&lines);
-    let want = one_shot(
+    let want = oracle_of(
         &ORACLE.replace("sum(amount) AS total", "max(ts) AS last"),
-        &read_jsonl(text.as_bytes(), &orders_schema(SCHEMA)),
-        &[0, 1],
+        &lines,
     );
     let source = format!("kafka://{}/{input}?end=latest&timestamp_unit=us", broker());
-    let o = ubik()
-        .args(["run", &q_last, "--from"])
-        .arg(format!("orders={source}"))
-        .args(["--to", &format!("kafka://{}/{output}", broker())])
-        .args(["--schema", SCHEMA, "--lateness", "5s", "-q"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let recs = consume_all(&output, "read_committed");
-    assert_matches("timestamp_unit=us", &fold_recs(&recs), &want);
+    // The query's changelog into `out`, with `extra` flags.
+    let run = |out: &str, extra: &[&str]| {
+        let o = ubik()
+            .args(["run", &q_last, "--from"])
+            .arg(format!("orders={source}"))
+            .args(["--to", &format!("kafka://{}/{out}", broker())])
+            .args(["--schema", SCHEMA, "--lateness", "5s", "-q"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        fold_recs(&consume_all(out, "read_committed"))
+    };
+    assert_matches("timestamp_unit=us", &run(&output, &[]), &want);
     // In a repartitioned group the keyed stage decodes the routed records
     // (the source's bytes) in the source's unit too.
-    let grouped = unique("unit-group-out");
     let dir = tempfile::tempdir().unwrap();
-    let o = ubik()
-        .args(["run", &q_last, "--from"])
-        .arg(format!("orders={source}"))
-        .args(["--to", &format!("kafka://{}/{grouped}", broker())])
-        .args(["--schema", SCHEMA, "--lateness", "5s", "-q"])
-        .args([
+    let checkpoint = dir.path().join("ck");
+    let group = unique("unit-group");
+    let grouped = run(
+        &unique("unit-group-out"),
+        &[
             "--group",
-            &unique("unit-group"),
+            &group,
             "--checkpoint-every",
             "1500",
-        ])
-        .arg("--checkpoint")
-        .arg(dir.path().join("ck"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let recs = consume_all(&grouped, "read_committed");
-    assert_matches("timestamp_unit=us in a group", &fold_recs(&recs), &want);
+            "--checkpoint",
+            checkpoint.to_str().unwrap(),
+        ],
+    );
+    assert_matches("timestamp_unit=us in a group", &grouped, &want);
     // A unit the source cannot have is refused before anything runs.
     let o = ubik()
         .args(["validate", "SELECT * FROM orders", "--from"])

@@ -126,13 +126,10 @@ impl DebeziumJson {
     }
 
     /// What numbers count in each column of the rows of an event with
-    /// Connect's `schema` (`None`: without one): Debezium names its time
-    /// types there (`io.debezium.time.MicroTimestamp`, say), whatever
+    /// Connect's `schema` (`text`): Debezium names its time types there
+    /// (`io.debezium.time.MicroTimestamp`, say), whatever
     /// `time.precision.mode` the connector runs with.
-    fn units(&mut self, schema: Option<&str>) -> Result<Arc<[EpochUnit]>, String> {
-        let Some(text) = schema else {
-            return Ok(Arc::clone(&self.default_units));
-        };
+    fn units_of_schema(&mut self, text: &str) -> Result<Arc<[EpochUnit]>, String> {
         // A topic's events repeat one schema: read it once.
         if let Some((last, units)) = &self.last_schema
             && **last == *text
@@ -188,7 +185,7 @@ impl DebeziumJson {
             // An event without a schema counts the default units (no
             // reference counting per event).
             let read = read_event(&data[record_span.clone()]).and_then(|(change, time, schema)| {
-                let units = schema.map(|s| self.units(Some(s))).transpose()?;
+                let units = schema.map(|s| self.units_of_schema(s)).transpose()?;
                 Ok((change, time, units))
             });
             match read {
@@ -200,7 +197,8 @@ impl DebeziumJson {
                     };
                     // Rows whose timestamps count other units start a run of their own.
                     let run = match runs.last_mut() {
-                        Some(run) if Arc::ptr_eq(&run.units, units) || run.units == *units => run,
+                        // (`Arc` compares pointers first.)
+                        Some(run) if run.units == *units => run,
                         _ => {
                             runs.push(Run::new(Arc::clone(units)));
                             runs.last_mut().expect("pushed")

@@ -132,6 +132,12 @@ pub trait RecordDecoder: Send {
         let _ = units;
         Ok(())
     }
+    /// Numbers in every timestamp column count `unit` (a source's
+    /// `timestamp_unit=`); see [`set_epoch_units`](Self::set_epoch_units).
+    fn set_epoch_unit(&mut self, unit: crate::timestamp::EpochUnit) -> Result<()> {
+        let columns = self.schema().fields().len();
+        self.set_epoch_units(&vec![unit; columns])
+    }
 }
 
 /// The encoding of a source's records.

@@ -204,7 +204,7 @@ pub fn open_source(
     let mut decoder =
         format.decoder(Arc::clone(&schema), spec_settings.query.resolved_threads())?;
     if let Some(unit) = epoch_unit {
-        decoder.set_epoch_units(&vec![unit; schema.fields().len()])?;
+        decoder.set_epoch_unit(unit)?;
     }
     Ok(OpenedSource {
         table,
@@ -397,7 +397,7 @@ fn unread_table(
     // The routed rows are the source's records: their numbers count its unit.
     let epoch_unit = crate::codec::epoch_unit(&spec.endpoint)?;
     if let Some(unit) = epoch_unit {
-        decoder.set_epoch_units(&vec![unit; schema.fields().len()])?;
+        decoder.set_epoch_unit(unit)?;
     }
     Ok(UnreadTable {
         table,

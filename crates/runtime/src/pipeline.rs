@@ -296,7 +296,7 @@ fn decode_keys(
         None => {
             let mut d = ubik_format::json::JsonDecoder::with_threads(Arc::clone(schema), 1)?;
             if let Some(unit) = epoch_unit {
-                d.set_epoch_units(&vec![unit; schema.fields().len()])?;
+                RecordDecoder::set_epoch_unit(&mut d, unit)?;
             }
             decoder.insert(Box::new(d))
         }
