@@ -116,6 +116,7 @@ impl Query {
                     plan.key_columns.clone(),
                 ),
                 Arc::clone(&plan.input_schema),
+                store,
             )?)),
             QueryKind::Over(o) => Some(Box::new(OverOperator::new(
                 o,

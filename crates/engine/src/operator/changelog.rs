@@ -10,8 +10,6 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashMap;
-
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -19,6 +17,8 @@ use arrow::row::{RowConverter, SortField};
 
 use super::StampedBatch;
 use crate::error::Result;
+use crate::state::keyed::Evicted;
+use crate::state::{KeyedRows, SharedStore, Upsert};
 
 /// The column marking rows taken back out (true) among rows put in.
 pub const RETRACT_COLUMN: &str = "__ubik_retract";
@@ -42,8 +42,7 @@ pub struct TableRows {
     rows: RowConverter,
     /// Each key's current row (Arrow's row format). An update rewrites
     /// the row's buffer in place, so steady updates allocate nothing.
-    current: HashMap<Box<[u8]>, Vec<u8>>,
-    bytes: usize,
+    current: KeyedRows,
     /// The old rows of the changes being applied, end to end.
     old: Vec<u8>,
     old_ends: Vec<usize>,
@@ -56,13 +55,19 @@ impl TableRows {
             keys: RowConverter::new(key.iter().map(|&i| sort(i)).collect())?,
             rows: RowConverter::new((0..schema.fields().len()).map(sort).collect())?,
             signed: signed_schema(&schema),
+            current: KeyedRows::new(Arc::clone(&schema))?,
             schema,
             key,
-            current: HashMap::new(),
-            bytes: 0,
             old: Vec::new(),
             old_ends: Vec::new(),
         })
+    }
+
+    /// Puts table `name` of `store` behind the rows: keys not used lately
+    /// leave memory under the budget, and checkpoints write what changed.
+    pub fn with_store(mut self, store: &SharedStore, name: &str) -> Result<Self> {
+        self.current = self.current.with_store(store.clone(), name)?;
+        Ok(self)
     }
 
     pub fn signed_schema(&self) -> &SchemaRef {
@@ -150,42 +155,26 @@ impl TableRows {
         self.old_ends.clear();
         let mut old_of: Vec<usize> = Vec::new();
         let mut put = vec![true; batch.num_rows()];
+        self.current.tick();
+        self.current
+            .load((0..batch.num_rows()).map(|i| keys.row(i).data()))?;
         for (i, put) in put.iter_mut().enumerate() {
             let key = keys.row(i);
-            let key = key.as_ref();
+            let key = key.data();
             let replaced = match (&rows, deleted.get(i).copied().unwrap_or(false)) {
                 (Some(rows), false) => {
-                    let new = rows.row(i);
-                    let new = new.as_ref();
-                    match self.current.get_mut(key) {
-                        Some(slot) if slot.as_slice() == new => {
+                    match self.current.upsert(key, rows.row(i).data(), &mut self.old) {
+                        Upsert::Unchanged => {
                             *put = false;
                             false
                         }
-                        Some(slot) => {
-                            self.old.extend_from_slice(slot);
-                            self.bytes = (self.bytes + new.len()).saturating_sub(slot.len());
-                            slot.clear();
-                            slot.extend_from_slice(new);
-                            true
-                        }
-                        None => {
-                            self.bytes += key.len() + new.len() + 64;
-                            self.current.insert(key.into(), new.to_vec());
-                            false
-                        }
+                        Upsert::Replaced => true,
+                        Upsert::Inserted => false,
                     }
                 }
                 _ => {
                     *put = false;
-                    match self.current.remove(key) {
-                        Some(old) => {
-                            self.bytes = self.bytes.saturating_sub(key.len() + old.len() + 64);
-                            self.old.extend_from_slice(&old);
-                            true
-                        }
-                        None => false,
-                    }
+                    self.current.delete(key, &mut self.old)
                 }
             };
             if replaced {
@@ -202,20 +191,31 @@ impl TableRows {
         Ok(RecordBatch::try_new(Arc::clone(&self.signed), columns)?)
     }
 
-    /// Every current row (for a checkpoint), in key order so the snapshot's
-    /// bytes do not depend on the hash table's.
-    pub fn snapshot(&self) -> Result<RecordBatch> {
-        let mut entries: Vec<(&[u8], &[u8])> = self
-            .current
-            .iter()
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
-            .collect();
-        entries.sort_unstable();
-        let parser = self.rows.parser();
-        let columns = self
-            .rows
-            .convert_rows(entries.iter().map(|(_, r)| parser.parse(r)))?;
-        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    /// Every current row (for a checkpoint that does not keep them in the
+    /// store), in key order.
+    pub fn snapshot(&mut self) -> Result<RecordBatch> {
+        self.current.snapshot()
+    }
+
+    /// Writes the rows changed since the last checkpoint to the store.
+    pub fn persist(&mut self) -> Result<u64> {
+        self.current.persist()
+    }
+
+    /// Whether checkpoints keep the rows in the store.
+    pub fn in_store(&self) -> bool {
+        self.current.durable()
+    }
+
+    /// The store was restored: rows not in memory may be in it.
+    pub fn store_restored(&mut self) -> Result<()> {
+        self.current.store_restored()
+    }
+
+    /// Moves the least recently used rows to the store until about
+    /// `target` bytes are held.
+    pub fn evict(&mut self, target: usize) -> Result<Evicted> {
+        self.current.evict(target)
     }
 
     /// Puts the rows of a [`Self::snapshot`] back.
@@ -226,7 +226,7 @@ impl TableRows {
     }
 
     pub fn size(&self) -> usize {
-        self.bytes
+        self.current.size()
     }
 
     pub fn len(&self) -> usize {

@@ -107,10 +107,13 @@ impl ContinuousOperator {
             state = state.with_store(store.clone(), "groups")?;
         }
         let changelog = match &plan.changelog {
-            Some(c) => Some((
-                TableRows::new(source_schema.clone(), c.key.clone())?,
-                plan.filter.clone(),
-            )),
+            Some(c) => {
+                let mut table = TableRows::new(source_schema.clone(), c.key.clone())?;
+                if let Some(store) = store {
+                    table = table.with_store(store, "table")?;
+                }
+                Some((table, plan.filter.clone()))
+            }
             None => None,
         };
         let queued = match &changelog {
@@ -215,7 +218,7 @@ impl ContinuousOperator {
         self.state.set_visible(&groups, &visible);
         out.changes.extend(batch);
         if !gone.is_empty() {
-            self.state.drop_groups(&gone)?;
+            self.state.delete_groups(&gone)?;
         }
         Ok(())
     }
@@ -340,8 +343,11 @@ impl Operator for ContinuousOperator {
             batches.push((StateEntry::Groups, self.state.snapshot_all()?));
         }
         self.pending.snapshot(&mut batches)?;
-        if let Some((table, _)) = &self.changelog {
-            batches.push((StateEntry::Table, table.snapshot()?));
+        if let Some((table, _)) = self.changelog.as_mut() {
+            match table.in_store() {
+                true => _ = table.persist()?,
+                false => batches.push((StateEntry::Table, table.snapshot()?)),
+            }
         }
         let mut snapshot = OperatorSnapshot::new(batches);
         if let Some(t) = &self.ttl {
@@ -371,6 +377,9 @@ impl Operator for ContinuousOperator {
             }
         }
         self.state.store_restored()?;
+        if let Some((table, _)) = self.changelog.as_mut() {
+            table.store_restored()?;
+        }
         match self.ttl {
             Some(t) if t.swept != MIN_TIME => {
                 self.state.expire_stored(t.swept.saturating_sub(t.ttl))
@@ -385,8 +394,18 @@ impl Operator for ContinuousOperator {
             + self.changelog.as_ref().map_or(0, |(t, _)| t.size())
     }
 
+    /// The groups and a changelog's current rows each keep their share of `target`.
     fn spill(&mut self, target: usize) -> Result<Evicted> {
-        self.state.evict(target.saturating_sub(self.pending.size()))
+        let target = target.saturating_sub(self.pending.size());
+        let Some((table, _)) = self.changelog.as_mut() else {
+            return self.state.evict(target);
+        };
+        let (groups, rows) = (self.state.size(), table.size());
+        let share =
+            |part: usize| (target as f64 * part as f64 / (groups + rows).max(1) as f64) as usize;
+        let mut done = self.state.evict(share(groups))?;
+        done += table.evict(share(rows))?;
+        Ok(done)
     }
 
     fn state_keys(&self) -> usize {

@@ -842,7 +842,7 @@ impl Lowering {
 
     /// A hidden `count(*)`: how many rows a group holds, so that a group
     /// whose rows were all taken back out is retracted.
-    fn rows_count(&self, scan_schema: &DFSchemaRef) -> Result<AggregateSpec> {
+    pub(super) fn rows_count(&self, scan_schema: &DFSchemaRef) -> Result<AggregateSpec> {
         let expr = datafusion_functions_aggregate::count::count(Expr::Literal(
             ScalarValue::Int64(Some(1)),
             None,

@@ -54,7 +54,7 @@ impl Lowering {
             sources: Vec::new(),
             join: None,
         };
-        let lowered = outer_lowering.lower_aggregation_over(
+        let mut lowered = outer_lowering.lower_aggregation_over(
             root,
             top,
             outer,
@@ -81,6 +81,12 @@ impl Lowering {
                 "the outer aggregation may use count, and sum or avg of DOUBLE (avg of any number); cast an integer sum's argument to DOUBLE",
             ));
         }
+        // The last outer aggregate counts each group's inner rows: a group
+        // left without any is retracted.
+        lowered
+            .plan
+            .aggregates
+            .push(self.rows_count(inner_root.schema())?);
         self.check_key_setting(
             &lowered.key_columns,
             &output_schema,

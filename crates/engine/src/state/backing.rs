@@ -168,6 +168,18 @@ impl Backing {
         self.store.with(|s| Ok(s.write(table, &keys, rows, None)?))
     }
 
+    /// Deletes the groups of `rows` (as [`Self::write`] takes them) from the store.
+    pub fn delete(&mut self, rows: &RecordBatch, k: usize) -> Result<u64> {
+        if rows.num_rows() == 0 {
+            return Ok(0);
+        }
+        let table = self.table()?;
+        let keys = self.store_keys(&rows.columns()[..k], rows.num_rows())?;
+        let deleted = vec![true; rows.num_rows()];
+        self.store
+            .with(|s| Ok(s.write(table, &keys, rows, Some(&deleted))?))
+    }
+
     /// Sizes the per-group vectors for `total` groups.
     pub fn grow(&mut self, total: usize) {
         self.changed.flag.resize(total, false);

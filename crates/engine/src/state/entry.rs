@@ -13,8 +13,10 @@ pub enum StateEntry {
     Sessions,
     /// The kept rows of a top-N, one row each: `ranks`.
     Ranks,
-    /// An aggregation over an aggregation: the inner result rows folded
-    /// into the outer groups, `folded`, and the outer groups, `regroups`.
+    /// An aggregation over an aggregation: the outer groups, `regroups`
+    /// (the inner ones are [`StateEntry::Groups`]). `folded` held the inner
+    /// result rows folded into them in checkpoints of older builds, which
+    /// are refused.
     Folded,
     Regroups,
     /// The keyed state of an open window, by start: `open/<start>`.

@@ -161,12 +161,24 @@ impl KeyedState {
         }
         let mut groups = std::mem::take(&mut self.scratch);
         self.intern(keys, rows, &mut groups)?;
+        let folded = self.fold_into(&groups, inputs, times);
+        self.scratch = groups;
+        folded
+    }
+
+    /// Folds rows into `groups` (row `i` into `groups[i]`), groups
+    /// [`Self::groups_of`] gave since the last eviction.
+    pub fn fold_into(
+        &mut self,
+        groups: &[usize],
+        inputs: &AggInputs,
+        times: Option<&[i64]>,
+    ) -> Result<()> {
         let total = self.interner.len();
         for (j, acc) in self.accs.iter_mut().enumerate() {
-            acc.update(&inputs.args[j], &groups, inputs.filters[j].as_ref(), total)?;
+            acc.update(&inputs.args[j], groups, inputs.filters[j].as_ref(), total)?;
         }
-        self.touch(&groups, times);
-        self.scratch = groups;
+        self.touch(groups, times);
         Ok(())
     }
 
@@ -547,6 +559,23 @@ impl KeyedState {
             b.cold = cold;
         }
         Ok(())
+    }
+
+    /// Removes `groups` (ascending) for good, from memory and from the
+    /// store, so that a key coming back starts empty; the others are
+    /// renumbered from 0 in their order.
+    pub fn delete_groups(&mut self, groups: &[usize]) -> Result<()> {
+        if self
+            .backing
+            .as_ref()
+            .is_some_and(|b| b.cold || b.has_rows())
+        {
+            let rows = self.snapshot_of(groups)?;
+            let k = self.interner.fields().len();
+            let b = self.backing.as_mut().expect("checked");
+            b.delete(&rows, k)?;
+        }
+        self.drop_groups(groups)
     }
 
     /// Stored groups whose newest event time is at most `cutoff` count as

@@ -1,0 +1,510 @@
+//! [`KeyedRows`]: one row per key, both in Arrow's row format (a changelog
+//! source's current rows by primary key), with an optional table of the
+//! query's state store behind it.
+//!
+//! Without a store every row stays in memory. With one:
+//! - [`KeyedRows::evict`] moves the least recently used rows out of memory
+//!   (writing those changed since they were last written), and
+//!   [`KeyedRows::load`] looks keys not in memory up in the store before a
+//!   batch touches them;
+//! - a deleted key the store may hold stays in memory as a tombstone until
+//!   it is written, so a lookup never finds its old row;
+//! - [`KeyedRows::persist`] writes what changed since the last checkpoint.
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use arrow::array::{BinaryArray, RecordBatch, RecordBatchOptions, new_null_array};
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use ubik_state::TableId;
+
+use super::keyed::Evicted;
+use super::store::SharedStore;
+use crate::error::Result;
+
+/// Bytes a key costs besides its key and row (hash table slot, boxes).
+const OVERHEAD: usize = 64;
+
+struct Slot {
+    /// The key's row; `None`: deleted, and the store not told yet.
+    row: Option<Vec<u8>>,
+    /// Changed since last written to the store.
+    changed: bool,
+    /// The batch that last touched it (eviction order).
+    used: u32,
+}
+
+/// What [`KeyedRows::upsert`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upsert {
+    /// The key held this row already.
+    Unchanged,
+    /// The key's old row was replaced (and appended to `old`).
+    Replaced,
+    /// The key had no row.
+    Inserted,
+}
+
+struct Backing {
+    store: SharedStore,
+    name: String,
+    table: Option<TableId>,
+    /// The stored rows: the row schema, every column nullable (a
+    /// tombstone's row is nulls).
+    schema: SchemaRef,
+    /// The store may hold keys not in memory.
+    cold: bool,
+}
+
+impl Backing {
+    fn table(&mut self) -> Result<TableId> {
+        if let Some(t) = self.table {
+            return Ok(t);
+        }
+        let (name, schema) = (&self.name, &self.schema);
+        let t = self
+            .store
+            .with(|s| Ok(s.table(name, Arc::clone(schema))?))?;
+        self.table = Some(t);
+        Ok(t)
+    }
+
+    /// Whether the store may hold a row of some key.
+    fn may_hold(&self) -> bool {
+        self.cold
+            || self
+                .table
+                .and_then(|t| self.store.if_open(|s| s.has_rows(t)))
+                .unwrap_or(false)
+    }
+}
+
+pub struct KeyedRows {
+    schema: SchemaRef,
+    rows: RowConverter,
+    current: HashMap<Box<[u8]>, Slot>,
+    /// Keys with a row (not tombstones).
+    live: usize,
+    bytes: usize,
+    clock: u32,
+    backing: Option<Backing>,
+}
+
+impl KeyedRows {
+    /// Rows of `schema`.
+    pub fn new(schema: SchemaRef) -> Result<Self> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Self {
+            rows: RowConverter::new(fields)?,
+            schema,
+            current: HashMap::new(),
+            live: 0,
+            bytes: 0,
+            clock: 0,
+            backing: None,
+        })
+    }
+
+    /// Puts table `name` of `store` behind these (empty) rows.
+    pub fn with_store(mut self, store: SharedStore, name: &str) -> Result<Self> {
+        let fields: Vec<_> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+            .collect();
+        let mut b = Backing {
+            store,
+            name: name.to_string(),
+            table: None,
+            schema: Arc::new(Schema::new(fields)),
+            cold: false,
+        };
+        // A durable store is restored before any use: its tables must be known.
+        if b.store.is_durable() {
+            b.table()?;
+        }
+        self.backing = Some(b);
+        Ok(self)
+    }
+
+    /// Whether a durable store keeps the rows (checkpoints persist into it).
+    pub fn durable(&self) -> bool {
+        self.backing.as_ref().is_some_and(|b| b.store.is_durable())
+    }
+
+    /// Starts a batch of changes: what it touches is used now.
+    pub fn tick(&mut self) {
+        self.clock = self.clock.wrapping_add(1).max(1);
+    }
+
+    /// Brings the stored rows of `keys` not in memory into memory.
+    pub fn load<'a>(&mut self, keys: impl Iterator<Item = &'a [u8]>) -> Result<()> {
+        let Some(b) = self.backing.as_mut().filter(|b| b.cold) else {
+            return Ok(());
+        };
+        let mut missing: Vec<&[u8]> = keys.filter(|k| !self.current.contains_key(*k)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let table = b.table()?;
+        let found = b.store.with(|s| Ok(s.get(table, &missing)?))?;
+        if found.found.is_empty() {
+            return Ok(());
+        }
+        let rows = self.rows.convert_columns(found.values.columns())?;
+        for (j, &i) in found.found.iter().enumerate() {
+            let row = rows.row(j).as_ref().to_vec();
+            self.bytes += missing[i].len() + row.len() + OVERHEAD;
+            self.live += 1;
+            let slot = Slot {
+                row: Some(row),
+                changed: false,
+                used: self.clock,
+            };
+            self.current.insert(missing[i].into(), slot);
+        }
+        Ok(())
+    }
+
+    /// Makes `new` the row of `key`; a row it replaces is appended to `old`.
+    pub fn upsert(&mut self, key: &[u8], new: &[u8], old: &mut Vec<u8>) -> Upsert {
+        let clock = self.clock;
+        match self.current.get_mut(key) {
+            Some(slot) => {
+                slot.used = clock;
+                match &mut slot.row {
+                    Some(row) if row.as_slice() == new => Upsert::Unchanged,
+                    Some(row) => {
+                        old.extend_from_slice(row);
+                        self.bytes = (self.bytes + new.len()).saturating_sub(row.len());
+                        row.clear();
+                        row.extend_from_slice(new);
+                        slot.changed = true;
+                        Upsert::Replaced
+                    }
+                    None => {
+                        self.bytes += new.len();
+                        slot.row = Some(new.to_vec());
+                        slot.changed = true;
+                        self.live += 1;
+                        Upsert::Inserted
+                    }
+                }
+            }
+            None => {
+                self.bytes += key.len() + new.len() + OVERHEAD;
+                self.live += 1;
+                let slot = Slot {
+                    row: Some(new.to_vec()),
+                    changed: true,
+                    used: clock,
+                };
+                self.current.insert(key.into(), slot);
+                Upsert::Inserted
+            }
+        }
+    }
+
+    /// Removes `key`'s row, appending it to `old`; whether it had one.
+    pub fn delete(&mut self, key: &[u8], old: &mut Vec<u8>) -> bool {
+        let tombstone = self.backing.as_ref().is_some_and(Backing::may_hold);
+        let Some(slot) = self.current.get_mut(key) else {
+            return false;
+        };
+        let Some(row) = slot.row.take() else {
+            return false;
+        };
+        old.extend_from_slice(&row);
+        self.live -= 1;
+        self.bytes = self.bytes.saturating_sub(row.len());
+        match tombstone {
+            true => {
+                slot.changed = true;
+                slot.used = self.clock;
+            }
+            false => {
+                self.bytes = self.bytes.saturating_sub(key.len() + OVERHEAD);
+                self.current.remove(key);
+            }
+        }
+        true
+    }
+
+    /// Writes the keys changed since they were last written to the store
+    /// (a checkpoint's part of these rows); returns the bytes written.
+    pub fn persist(&mut self) -> Result<u64> {
+        if self.backing.is_none() {
+            return Ok(0);
+        }
+        let keys: Vec<Box<[u8]>> = self
+            .current
+            .iter()
+            .filter(|(_, s)| s.changed)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let bytes = self.write(&keys)?;
+        for k in &keys {
+            if let Some(slot) = self.current.get_mut(k) {
+                slot.changed = false;
+            }
+        }
+        self.drop_tombstones(&keys);
+        Ok(bytes)
+    }
+
+    /// Moves the least recently used keys to the store until about
+    /// `target` bytes are held, writing those changed since last written.
+    pub fn evict(&mut self, target: usize) -> Result<Evicted> {
+        let n = self.current.len();
+        if self.backing.is_none() || n == 0 || self.bytes <= target {
+            return Ok(Evicted::default());
+        }
+        let keep = ((n as f64) * (target as f64 / self.bytes as f64)) as usize;
+        let mut uses: Vec<u32> = self.current.values().map(|s| s.used).collect();
+        let cut = n - keep.min(n - 1) - 1;
+        let threshold = *uses.select_nth_unstable(cut).1;
+        let victims: Vec<Box<[u8]>> = self
+            .current
+            .iter()
+            .filter(|(_, s)| s.used <= threshold)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let written: Vec<Box<[u8]>> = victims
+            .iter()
+            .filter(|k| self.current[k.as_ref()].changed)
+            .cloned()
+            .collect();
+        let bytes_written = self.write(&written)?;
+        for k in &victims {
+            if let Some(slot) = self.current.remove(k) {
+                let len = slot.row.as_ref().map_or(0, |r| r.len());
+                self.live -= usize::from(slot.row.is_some());
+                self.bytes = self.bytes.saturating_sub(k.len() + len + OVERHEAD);
+            }
+        }
+        self.current.shrink_to_fit();
+        if let Some(b) = self.backing.as_mut() {
+            b.cold = true;
+        }
+        Ok(Evicted {
+            groups: victims.len(),
+            written: written.len(),
+            bytes_written,
+        })
+    }
+
+    /// Writes the rows (and tombstones) of `keys`, all in memory.
+    fn write(&mut self, keys: &[Box<[u8]>]) -> Result<u64> {
+        let Some(b) = self.backing.as_mut() else {
+            return Ok(0);
+        };
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let table = b.table()?;
+        let (mut live, mut gone): (Vec<&[u8]>, Vec<&[u8]>) = (Vec::new(), Vec::new());
+        let mut rows = Vec::new();
+        for k in keys {
+            match &self.current[k.as_ref()].row {
+                Some(r) => {
+                    live.push(k);
+                    rows.push(r.as_slice());
+                }
+                None => gone.push(k),
+            }
+        }
+        let mut bytes = 0;
+        if !live.is_empty() {
+            let parser = self.rows.parser();
+            let columns = self
+                .rows
+                .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+            let values = RecordBatch::try_new(Arc::clone(&b.schema), columns)?;
+            let keys = BinaryArray::from_iter_values(live);
+            bytes += b
+                .store
+                .with(|s| Ok(s.write(table, &keys, &values, None)?))?;
+        }
+        if !gone.is_empty() {
+            let n = gone.len();
+            let columns = b
+                .schema
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n))
+                .collect();
+            let values = RecordBatch::try_new_with_options(
+                Arc::clone(&b.schema),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )?;
+            let keys = BinaryArray::from_iter_values(gone);
+            let deleted = vec![true; n];
+            bytes += b
+                .store
+                .with(|s| Ok(s.write(table, &keys, &values, Some(&deleted))?))?;
+        }
+        Ok(bytes)
+    }
+
+    /// Forgets the tombstones among `keys` (written: the store knows).
+    fn drop_tombstones(&mut self, keys: &[Box<[u8]>]) {
+        for k in keys {
+            if self
+                .current
+                .get(k.as_ref())
+                .is_some_and(|s| s.row.is_none())
+            {
+                self.current.remove(k);
+                self.bytes = self.bytes.saturating_sub(k.len() + OVERHEAD);
+            }
+        }
+    }
+
+    /// Every row (for a checkpoint that cannot refer to the store's
+    /// files), in key order so its bytes do not depend on the hash table's
+    /// or on what was in memory.
+    pub fn snapshot(&mut self) -> Result<RecordBatch> {
+        if self.backing.as_ref().is_some_and(|b| b.cold) {
+            self.persist()?;
+            let b = self.backing.as_mut().expect("cold rows have a store");
+            let table = b.table()?;
+            let mut parts = Vec::new();
+            b.store.with(|s| {
+                let mut scan = s.scan(table)?;
+                while let Some((_, rows)) = scan.next_batch()? {
+                    parts.push(rows);
+                }
+                Ok(())
+            })?;
+            let all = arrow::compute::concat_batches(&b.schema, &parts)?;
+            return Ok(RecordBatch::try_new(
+                Arc::clone(&self.schema),
+                all.columns().to_vec(),
+            )?);
+        }
+        let mut entries: Vec<(&[u8], &[u8])> = self
+            .current
+            .iter()
+            .filter_map(|(k, s)| Some((k.as_ref(), s.row.as_deref()?)))
+            .collect();
+        entries.sort_unstable();
+        let parser = self.rows.parser();
+        let columns = self
+            .rows
+            .convert_rows(entries.iter().map(|(_, r)| parser.parse(r)))?;
+        Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
+    }
+
+    /// The store behind these rows was restored: keys not in memory may be in it.
+    pub fn store_restored(&mut self) -> Result<()> {
+        if let Some(b) = self.backing.as_mut() {
+            let table = b.table()?;
+            b.cold = b.store.with(|s| Ok(s.has_rows(table)))?;
+        }
+        Ok(())
+    }
+
+    pub fn size(&self) -> usize {
+        self.bytes
+    }
+
+    /// Keys with a row in memory.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field};
+    use arrow::row::Rows;
+
+    fn rows(schema: &SchemaRef, ids: &[i64], names: &[&str]) -> Rows {
+        let batch = RecordBatch::try_new(
+            Arc::clone(schema),
+            vec![
+                Arc::new(Int64Array::from(ids.to_vec())),
+                Arc::new(StringArray::from(names.to_vec())),
+            ],
+        )
+        .unwrap();
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        RowConverter::new(fields)
+            .unwrap()
+            .convert_columns(batch.columns())
+            .unwrap()
+    }
+
+    /// Rows evicted to the store come back when touched, and a key deleted
+    /// while its row is in the store is found deleted, before and after
+    /// the tombstone is written; the snapshot is the same whatever left memory.
+    #[test]
+    fn evicted_rows_come_back_and_deletions_hide_stored_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let store = SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default());
+        let mut spilled = KeyedRows::new(Arc::clone(&schema))
+            .unwrap()
+            .with_store(store, "t")
+            .unwrap();
+        let mut memory = KeyedRows::new(Arc::clone(&schema)).unwrap();
+        let first = rows(&schema, &[1, 2, 3], &["a", "b", "c"]);
+        for table in [&mut spilled, &mut memory] {
+            table.tick();
+            for i in 0..3 {
+                let key = first.row(i);
+                table.upsert(key.data(), key.data(), &mut Vec::new());
+            }
+        }
+        let evicted = spilled.evict(0).unwrap();
+        assert_eq!((evicted.groups, evicted.written), (3, 3));
+        assert_eq!(spilled.size(), 0);
+
+        // Key 2 is deleted while only the store has it; key 3 updated.
+        let changes = rows(&schema, &[2, 3], &["b", "z"]);
+        let keys: Vec<&[u8]> = (0..2).map(|i| first.row(i + 1).data()).collect();
+        for table in [&mut spilled, &mut memory] {
+            table.tick();
+            table.load(keys.iter().copied()).unwrap();
+            let mut old = Vec::new();
+            assert!(table.delete(keys[0], &mut old));
+            assert_eq!(old, first.row(1).data());
+            old.clear();
+            let update = table.upsert(keys[1], changes.row(1).data(), &mut old);
+            assert_eq!(update, Upsert::Replaced);
+            assert_eq!(old, first.row(2).data());
+        }
+        assert_eq!(spilled.len(), 1, "key 3 in memory, key 2 a tombstone");
+        assert_eq!(spilled.snapshot().unwrap(), memory.snapshot().unwrap());
+        // Written out, the tombstone still hides key 2's stored row.
+        spilled.evict(0).unwrap();
+        spilled.tick();
+        spilled.load(keys.iter().copied()).unwrap();
+        assert!(!spilled.delete(keys[0], &mut Vec::new()));
+        assert_eq!(spilled.len(), 1);
+        assert_eq!(spilled.snapshot().unwrap(), memory.snapshot().unwrap());
+    }
+}
