@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks windows joins sessions"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks regroup windows joins sessions"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -21,6 +21,10 @@
 # ranks       Nexmark q18 (the latest bid per bidder and auction: a top-1 whose state grows with
 #             every pair seen) over RANK_EVENTS (default 10 M) bids, in memory against
 #             --state-memory RANK_BUDGET (default 64MiB): wall, peak RSS, the same changelog bytes
+# regroup     an aggregation over the continuous GROUP BY (how many merchants have each count:
+#             Nexmark q4's shape) over REGROUP_EVENTS (default 10 M) events of REGROUP_KEYS
+#             (default 5 M) keys, in memory against --state-memory REGROUP_BUDGET (default
+#             256MiB): wall, peak RSS, the same changelog bytes
 # windows     10-minute HOP windows sliding by a minute (ten open windows per key) over
 #             WINDOW_EVENTS (default 10 M) events, WINDOW_KEYS (default 2 M) keys, 10 000 events
 #             per second of event time: wall and peak RSS in memory against --state-memory
@@ -38,7 +42,7 @@
 #             checkpoint against the build before, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew ranks windows joins sessions"}
+SECTIONS=${1:-"oracle checkpoint tick budget skew ranks regroup windows joins sessions"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -169,6 +173,25 @@ PY
     echo "| after, --state-memory $B | ${s}s | ${rss} MB |"
     cmp "$WORK/q18-after.jsonl" "$WORK/q18-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q18-spill.jsonl") records)"
+    ;;
+  regroup)
+    N=${REGROUP_EVENTS:-10000000}
+    K=${REGROUP_KEYS:-5000000}
+    B=${REGROUP_BUDGET:-256MiB}
+    R="SELECT n, count(*) AS merchants, sum(total) AS spent FROM ($Q) per_merchant GROUP BY n"
+    echo "== an aggregation over a continuous GROUP BY, $N events over $K keys, in memory against --state-memory $B"
+    echo "| run | wall | peak RSS |"
+    echo "|---|---|---|"
+    echo "$R" > "$WORK/regroup.sql"
+    for budget in "" "$B"; do
+      read -r s rss < <(QUERY_FILE=$WORK/regroup.sql run "$UBIK" "$WORK/regroup-${budget:-memory}.jsonl" \
+        --from "$(demo "$N" "$K")" ${budget:+--state-memory "$budget"})
+      label="no budget"
+      [[ -n $budget ]] && label="--state-memory $budget"
+      echo "| $label | ${s}s | ${rss} MB |"
+    done
+    cmp "$WORK/regroup-memory.jsonl" "$WORK/regroup-$B.jsonl"
+    echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/regroup-$B.jsonl") records)"
     ;;
   joins)
     N=${JOIN_EVENTS:-20000000}

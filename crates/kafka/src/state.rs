@@ -246,6 +246,12 @@ impl StateTopic {
                 }
                 // The end of a compacted log can sit past its last record.
                 Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+                // librdkafka reports a lost connection (AllBrokersDown, a
+                // transport failure) and keeps reconnecting; the deadline
+                // bounds an outage.
+                Some(Err(e)) if lost_connection(&e) => {
+                    tracing::warn!(topic = %self.url.topic, error = %e, "reading the state topic: retrying");
+                }
                 Some(Err(e)) => {
                     return Err(Error::Transient(format!("reading {}: {e}", self.url.topic)));
                 }
@@ -309,11 +315,35 @@ pub fn summaries(
                 }
             }
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => ended += 1,
+            // A lost connection is retried by librdkafka until the deadline.
+            Some(Err(e)) if lost_connection(&e) => {
+                tracing::debug!(%topic, error = %e, "reading the state topic: retrying")
+            }
             Some(Err(e)) => return Err(Error::Transient(format!("reading {topic}: {e}"))),
             None => {}
         }
     }
     Ok(out)
+}
+
+/// Whether a consumer's error only says that connections to the brokers
+/// were lost for now (librdkafka keeps reconnecting).
+fn lost_connection(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            Code::AllBrokersDown
+                | Code::BrokerTransportFailure
+                | Code::Resolve
+                | Code::OperationTimedOut
+                | Code::RequestTimedOut
+                | Code::NetworkException
+                | Code::BrokerNotAvailable
+                | Code::LeaderNotAvailable
+                | Code::NotLeaderForPartition
+        )
+    )
 }
 
 fn bad(topic: &str, task: u32, what: impl std::fmt::Display) -> ConnectorError {

@@ -394,17 +394,16 @@ impl Operator for ContinuousOperator {
             + self.changelog.as_ref().map_or(0, |(t, _)| t.size())
     }
 
-    /// The groups and a changelog's current rows each keep their share of `target`.
+    /// A changelog's current rows leave memory first, then the groups: a
+    /// row is touched by its own key's changes only, a group by every
+    /// change of any of its rows.
     fn spill(&mut self, target: usize) -> Result<Evicted> {
         let target = target.saturating_sub(self.pending.size());
         let Some((table, _)) = self.changelog.as_mut() else {
             return self.state.evict(target);
         };
-        let (groups, rows) = (self.state.size(), table.size());
-        let share =
-            |part: usize| (target as f64 * part as f64 / (groups + rows).max(1) as f64) as usize;
-        let mut done = self.state.evict(share(groups))?;
-        done += table.evict(share(rows))?;
+        let mut done = table.evict(target.saturating_sub(self.state.size()))?;
+        done += self.state.evict(target.saturating_sub(table.size()))?;
         Ok(done)
     }
 
