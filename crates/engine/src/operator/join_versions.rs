@@ -226,7 +226,7 @@ impl StoredVersions {
         let k = keys.len();
         let mut columns = keys;
         columns.push(Arc::new(blobs.finish()));
-        let batch = RecordBatch::try_new(Arc::clone(&self.backing.schema), columns)?;
+        let batch = RecordBatch::try_new(Arc::clone(&self.backing.table.schema), columns)?;
         self.backing.write(&batch, k)
     }
 
@@ -317,11 +317,11 @@ impl StoredVersions {
     /// keys first).
     pub fn scan(&mut self, mut each: impl FnMut(Loaded) -> Result<()>) -> Result<()> {
         let mut stored = Vec::new();
-        self.backing.scan(|rows| {
+        self.backing.table.scan(|rows| {
             stored.push(rows);
             Ok(())
         })?;
-        let k = self.backing.schema.fields().len() - 1;
+        let k = self.backing.table.schema.fields().len() - 1;
         for rows in stored {
             let probes: Vec<usize> = (0..rows.num_rows()).collect();
             each(self.decode(&probes, &rows, k)?)?;

@@ -295,7 +295,7 @@ impl RankOperator {
             groups.iter().map(|&g| self.tops[g].max_time),
         )));
         let b = self.backing.as_mut().expect("writing needs a store");
-        let rows = RecordBatch::try_new(Arc::clone(&b.schema), columns)?;
+        let rows = RecordBatch::try_new(Arc::clone(&b.table.schema), columns)?;
         b.write(&rows, k)
     }
 
@@ -559,7 +559,7 @@ impl RankOperator {
         self.persist()?;
         let mut stored = Vec::new();
         let b = self.backing.as_mut().expect("cold tops have a store");
-        b.scan(|rows| {
+        b.table.scan(|rows| {
             stored.push(rows);
             Ok(())
         })?;

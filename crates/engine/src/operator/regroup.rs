@@ -197,7 +197,7 @@ impl RegroupOperator {
         self.emit_outer(out)
     }
 
-    /// The result rows of inner `groups`, unordered by HAVING.
+    /// The result rows of inner `groups`, and whether each passes HAVING.
     fn inner_rows(&mut self, groups: &[usize]) -> Result<InnerRows> {
         let stage = StageRows {
             keys: self.inner.keys(groups)?,

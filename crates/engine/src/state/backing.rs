@@ -13,9 +13,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BinaryArray, RecordBatch};
 use arrow::datatypes::{Field, FieldRef, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use ubik_state::{Lookup, TableId};
+use ubik_state::Lookup;
 
 use super::store::SharedStore;
+use super::table::StoreTable;
 use crate::error::Result;
 
 /// The key columns of a state table: `k0`, `k1`, ... of the keys' types,
@@ -78,12 +79,7 @@ impl Dirty {
 
 /// The store table behind a keyed state, and what it needs per group.
 pub(crate) struct Backing {
-    pub store: SharedStore,
-    name: String,
-    /// Registered on first use (a temporary store is made on first use).
-    table: Option<TableId>,
-    /// The table's rows.
-    pub schema: SchemaRef,
+    pub table: StoreTable,
     /// Group keys to the store's keys (byte-comparable rows).
     converter: RowConverter,
     /// The store may hold groups that are not in memory (some were
@@ -110,22 +106,14 @@ impl Backing {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
-        let mut b = Self {
-            store,
-            name: name.to_string(),
-            table: None,
-            schema,
+        Ok(Self {
+            table: StoreTable::new(store, name, schema)?,
             converter,
             cold: false,
             changed: Dirty::default(),
             last_used: Vec::new(),
             clock: 0,
-        };
-        // A durable store is restored before any use: its tables must be known.
-        if b.store.is_durable() {
-            b.table()?;
-        }
-        Ok(b)
+        })
     }
 
     /// The store's keys of `n` groups with key columns `keys`: their
@@ -137,24 +125,12 @@ impl Backing {
         Ok(self.converter.convert_columns(keys)?.try_into_binary()?)
     }
 
-    pub fn table(&mut self) -> Result<TableId> {
-        if let Some(t) = self.table {
-            return Ok(t);
-        }
-        let (name, schema) = (&self.name, &self.schema);
-        let t = self
-            .store
-            .with(|s| Ok(s.table(name, Arc::clone(schema))?))?;
-        self.table = Some(t);
-        Ok(t)
-    }
-
     /// The stored rows of the groups with key columns `keys` (`n` groups).
     pub fn lookup(&mut self, keys: &[ArrayRef], n: usize) -> Result<Lookup> {
-        let table = self.table()?;
+        let table = self.table.id()?;
         let probes = self.store_keys(keys, n)?;
         let probes: Vec<&[u8]> = probes.iter().map(|k| k.unwrap_or_default()).collect();
-        self.store.with(|s| Ok(s.get(table, &probes)?))
+        self.table.store.with(|s| Ok(s.get(table, &probes)?))
     }
 
     /// Writes `rows` (of [`Self::schema`], keys first: `k` key columns) to
@@ -163,9 +139,8 @@ impl Backing {
         if rows.num_rows() == 0 {
             return Ok(0);
         }
-        let table = self.table()?;
         let keys = self.store_keys(&rows.columns()[..k], rows.num_rows())?;
-        self.store.with(|s| Ok(s.write(table, &keys, rows, None)?))
+        self.table.write(&keys, rows, None)
     }
 
     /// Deletes the groups of `rows` (as [`Self::write`] takes them) from the store.
@@ -173,11 +148,9 @@ impl Backing {
         if rows.num_rows() == 0 {
             return Ok(0);
         }
-        let table = self.table()?;
         let keys = self.store_keys(&rows.columns()[..k], rows.num_rows())?;
-        let deleted = vec![true; rows.num_rows()];
-        self.store
-            .with(|s| Ok(s.write(table, &keys, rows, Some(&deleted))?))
+        self.table
+            .write(&keys, rows, Some(&vec![true; rows.num_rows()]))
     }
 
     /// Sizes the per-group vectors for `total` groups.
@@ -229,35 +202,19 @@ impl Backing {
 
     /// The store was restored: groups not in memory may be in it.
     pub fn restored(&mut self) -> Result<()> {
-        let table = self.table()?;
-        self.cold = self.store.with(|s| Ok(s.has_rows(table)))?;
+        self.table.id()?;
+        self.cold = self.table.has_rows();
         Ok(())
     }
 
-    /// Every stored row, batch by batch.
-    pub fn scan(&mut self, mut each: impl FnMut(RecordBatch) -> Result<()>) -> Result<()> {
-        let table = self.table()?;
-        self.store.with(|s| {
-            let mut scan = s.scan(table)?;
-            while let Some((_, rows)) = scan.next_batch()? {
-                each(rows)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Whether the store holds rows of this table.
-    pub fn has_rows(&self) -> bool {
-        self.table
-            .and_then(|t| self.store.if_open(|s| s.has_rows(t)))
-            .unwrap_or(false)
+    /// Whether the store may hold a group that is not in memory.
+    pub fn may_hold(&self) -> bool {
+        self.cold || self.table.has_rows()
     }
 
     /// Drops the table and its rows from the store (the state is gone).
     pub fn drop_table(&mut self) -> Result<()> {
-        if let Some(t) = self.table.take() {
-            self.store.with(|s| Ok(s.drop_table(t)?))?;
-        }
+        self.table.drop()?;
         self.cold = false;
         Ok(())
     }

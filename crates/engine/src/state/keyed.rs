@@ -423,9 +423,9 @@ impl KeyedState {
         // they were written, and the changed ones written now.
         self.persist()?;
         let b = self.backing.as_mut().expect("cold state has a store");
-        let schema = Arc::clone(&b.schema);
+        let schema = Arc::clone(&b.table.schema);
         let mut parts = Vec::new();
-        b.scan(|rows| {
+        b.table.scan(|rows| {
             parts.push(rows);
             Ok(())
         })?;
@@ -565,11 +565,7 @@ impl KeyedState {
     /// store, so that a key coming back starts empty; the others are
     /// renumbered from 0 in their order.
     pub fn delete_groups(&mut self, groups: &[usize]) -> Result<()> {
-        if self
-            .backing
-            .as_ref()
-            .is_some_and(|b| b.cold || b.has_rows())
-        {
+        if self.backing.as_ref().is_some_and(|b| b.may_hold()) {
             let rows = self.snapshot_of(groups)?;
             let k = self.interner.fields().len();
             let b = self.backing.as_mut().expect("checked");
@@ -584,12 +580,14 @@ impl KeyedState {
         let Some(b) = self.backing.as_mut() else {
             return Ok(());
         };
-        if !b.cold && !b.store.is_durable() {
+        if !b.cold && !b.table.store.is_durable() {
             return Ok(());
         }
-        let table = b.table()?;
-        let column = b.schema.fields().len() - 1;
-        b.store.with(|s| Ok(s.set_expiry(table, column, cutoff)?))
+        let table = b.table.id()?;
+        let column = b.table.schema.fields().len() - 1;
+        b.table
+            .store
+            .with(|s| Ok(s.set_expiry(table, column, cutoff)?))
     }
 
     /// Brings the stored groups whose newest event time is at most `cutoff`
@@ -600,9 +598,9 @@ impl KeyedState {
             return Ok(());
         };
         let k = self.interner.fields().len();
-        let time_col = b.schema.fields().len() - 1;
+        let time_col = b.table.schema.fields().len() - 1;
         let mut expired: Vec<RecordBatch> = Vec::new();
-        b.scan(|rows| {
+        b.table.scan(|rows| {
             let times = rows.column(time_col).as_primitive::<Int64Type>();
             let keep =
                 BooleanArray::from_iter(times.iter().map(|t| Some(t.is_some_and(|t| t <= cutoff))));
@@ -627,7 +625,7 @@ impl KeyedState {
             return Ok(());
         };
         let k = self.interner.fields().len();
-        let loaded = b.scan(|rows| {
+        let loaded = b.table.scan(|rows| {
             let before = self.interner.len();
             let mut groups = Vec::with_capacity(rows.num_rows());
             self.interner
@@ -656,9 +654,7 @@ impl KeyedState {
     /// Whether the store holds groups of this state (then a checkpoint
     /// keeps writing its changes there).
     pub fn in_store(&self) -> bool {
-        self.backing
-            .as_ref()
-            .is_some_and(|b| b.cold || b.has_rows())
+        self.backing.as_ref().is_some_and(|b| b.may_hold())
     }
 
     /// Drops this state's rows from the store: the state is gone for good.

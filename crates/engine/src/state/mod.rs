@@ -11,6 +11,7 @@ pub mod keyed;
 pub mod pending;
 pub mod rows;
 pub mod store;
+pub(crate) mod table;
 
 pub use entry::StateEntry;
 pub use interner::Interner;

@@ -18,10 +18,10 @@ use hashbrown::HashMap;
 use arrow::array::{BinaryArray, RecordBatch, RecordBatchOptions, new_null_array};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use ubik_state::TableId;
 
 use super::keyed::Evicted;
 use super::store::SharedStore;
+use super::table::StoreTable;
 use crate::error::Result;
 
 /// Bytes a key costs besides its key and row (hash table slot, boxes).
@@ -48,36 +48,16 @@ pub enum Upsert {
 }
 
 struct Backing {
-    store: SharedStore,
-    name: String,
-    table: Option<TableId>,
-    /// The stored rows: the row schema, every column nullable (a
-    /// tombstone's row is nulls).
-    schema: SchemaRef,
+    /// Rows of the row schema, every column nullable (a tombstone's row is nulls).
+    table: StoreTable,
     /// The store may hold keys not in memory.
     cold: bool,
 }
 
 impl Backing {
-    fn table(&mut self) -> Result<TableId> {
-        if let Some(t) = self.table {
-            return Ok(t);
-        }
-        let (name, schema) = (&self.name, &self.schema);
-        let t = self
-            .store
-            .with(|s| Ok(s.table(name, Arc::clone(schema))?))?;
-        self.table = Some(t);
-        Ok(t)
-    }
-
     /// Whether the store may hold a row of some key.
     fn may_hold(&self) -> bool {
-        self.cold
-            || self
-                .table
-                .and_then(|t| self.store.if_open(|s| s.has_rows(t)))
-                .unwrap_or(false)
+        self.cold || self.table.has_rows()
     }
 }
 
@@ -119,24 +99,18 @@ impl KeyedRows {
             .iter()
             .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
             .collect();
-        let mut b = Backing {
-            store,
-            name: name.to_string(),
-            table: None,
-            schema: Arc::new(Schema::new(fields)),
+        self.backing = Some(Backing {
+            table: StoreTable::new(store, name, Arc::new(Schema::new(fields)))?,
             cold: false,
-        };
-        // A durable store is restored before any use: its tables must be known.
-        if b.store.is_durable() {
-            b.table()?;
-        }
-        self.backing = Some(b);
+        });
         Ok(self)
     }
 
     /// Whether a durable store keeps the rows (checkpoints persist into it).
     pub fn durable(&self) -> bool {
-        self.backing.as_ref().is_some_and(|b| b.store.is_durable())
+        self.backing
+            .as_ref()
+            .is_some_and(|b| b.table.store.is_durable())
     }
 
     /// Starts a batch of changes: what it touches is used now.
@@ -155,8 +129,8 @@ impl KeyedRows {
         if missing.is_empty() {
             return Ok(());
         }
-        let table = b.table()?;
-        let found = b.store.with(|s| Ok(s.get(table, &missing)?))?;
+        let table = b.table.id()?;
+        let found = b.table.store.with(|s| Ok(s.get(table, &missing)?))?;
         if found.found.is_empty() {
             return Ok(());
         }
@@ -310,7 +284,6 @@ impl KeyedRows {
         if keys.is_empty() {
             return Ok(0);
         }
-        let table = b.table()?;
         let (mut live, mut gone): (Vec<&[u8]>, Vec<&[u8]>) = (Vec::new(), Vec::new());
         let mut rows = Vec::new();
         for k in keys {
@@ -328,30 +301,26 @@ impl KeyedRows {
             let columns = self
                 .rows
                 .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
-            let values = RecordBatch::try_new(Arc::clone(&b.schema), columns)?;
+            let values = RecordBatch::try_new(Arc::clone(&b.table.schema), columns)?;
             let keys = BinaryArray::from_iter_values(live);
-            bytes += b
-                .store
-                .with(|s| Ok(s.write(table, &keys, &values, None)?))?;
+            bytes += b.table.write(&keys, &values, None)?;
         }
         if !gone.is_empty() {
             let n = gone.len();
             let columns = b
+                .table
                 .schema
                 .fields()
                 .iter()
                 .map(|f| new_null_array(f.data_type(), n))
                 .collect();
             let values = RecordBatch::try_new_with_options(
-                Arc::clone(&b.schema),
+                Arc::clone(&b.table.schema),
                 columns,
                 &RecordBatchOptions::new().with_row_count(Some(n)),
             )?;
             let keys = BinaryArray::from_iter_values(gone);
-            let deleted = vec![true; n];
-            bytes += b
-                .store
-                .with(|s| Ok(s.write(table, &keys, &values, Some(&deleted))?))?;
+            bytes += b.table.write(&keys, &values, Some(&vec![true; n]))?;
         }
         Ok(bytes)
     }
@@ -377,16 +346,12 @@ impl KeyedRows {
         if self.backing.as_ref().is_some_and(|b| b.cold) {
             self.persist()?;
             let b = self.backing.as_mut().expect("cold rows have a store");
-            let table = b.table()?;
             let mut parts = Vec::new();
-            b.store.with(|s| {
-                let mut scan = s.scan(table)?;
-                while let Some((_, rows)) = scan.next_batch()? {
-                    parts.push(rows);
-                }
+            b.table.scan(|rows| {
+                parts.push(rows);
                 Ok(())
             })?;
-            let all = arrow::compute::concat_batches(&b.schema, &parts)?;
+            let all = arrow::compute::concat_batches(&b.table.schema, &parts)?;
             return Ok(RecordBatch::try_new(
                 Arc::clone(&self.schema),
                 all.columns().to_vec(),
@@ -408,8 +373,8 @@ impl KeyedRows {
     /// The store behind these rows was restored: keys not in memory may be in it.
     pub fn store_restored(&mut self) -> Result<()> {
         if let Some(b) = self.backing.as_mut() {
-            let table = b.table()?;
-            b.cold = b.store.with(|s| Ok(s.has_rows(table)))?;
+            b.table.id()?;
+            b.cold = b.table.has_rows();
         }
         Ok(())
     }
