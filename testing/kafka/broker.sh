@@ -54,8 +54,8 @@ install() {
   echo "$sum" >"$MARKER"
 }
 
-write_config() {
-  cat >"$STATE/server.properties" <<EOF
+server_properties() {
+  cat <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$CPORT
@@ -68,6 +68,9 @@ log.dirs=$STATE/data
 num.partitions=1
 auto.create.topics.enable=true
 group.initial.rebalance.delay.ms=0
+# Lets the group tests' members use a 2.5 s session timeout (default floor 6 s), so a killed
+# member's tasks move sooner.
+group.min.session.timeout.ms=1000
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
@@ -79,6 +82,10 @@ transaction.state.log.num.partitions=4
 # Abort transactions that exceeded their transaction.timeout.ms within ~1 s (default 10 s).
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 EOF
+}
+
+write_config() {
+  server_properties >"$STATE/server.properties"
   cat >"$STATE/log4j2.properties" <<'EOF'
 rootLogger.level=INFO
 rootLogger.appenderRef.out.ref=out
@@ -145,6 +152,9 @@ fail_start() {
   exit 1
 }
 
+# Whether the running broker's server.properties is the one write_config writes now.
+config_matches() { [[ $(server_properties) == "$(cat "$STATE/server.properties" 2>/dev/null)" ]]; }
+
 # Ready = the port accepts connections and the broker logged that startup finished, which
 # KafkaRaftServer does only once the broker is caught up with the metadata log and unfenced.
 wait_ready() {
@@ -164,6 +174,11 @@ wait_ready() {
 start() {
   install
   local pid p
+  # A broker started with other settings (an older checkout's) is restarted with these.
+  if pid=$(our_pid) && ! config_matches; then
+    echo "broker.sh: the running broker's settings differ from this script's: restarting it" >&2
+    stop
+  fi
   if ! pid=$(our_pid); then
     for p in "$PORT" "$CPORT"; do
       ! port_open "$p" || die "127.0.0.1:$p is in use by another program (not a broker started" \

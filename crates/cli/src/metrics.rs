@@ -102,7 +102,9 @@ impl Metrics {
             "stages": s.stages.iter().map(|g| json!({
                 "name": g.name, "reads": g.reads, "writes": g.writes, "key": g.key,
                 "tasks": g.tasks, "here": g.here,
+                "records_in": g.records_in, "cpu_s": g.cpu_seconds,
             })).collect::<Vec<_>>(),
+            "cpu_s": s.cpu_seconds,
             "checkpoint": {
                 "count": s.checkpoints,
                 "last_ms": s.last_checkpoint_ms,
@@ -174,6 +176,12 @@ impl Metrics {
             "counter",
             "Rows later than the retention bound.",
             s.late_rows as f64,
+        );
+        metric(
+            "cpu_seconds_total",
+            "counter",
+            "CPU seconds of the pipeline's own threads in their turns and commits.",
+            s.cpu_seconds,
         );
         metric(
             "checkpoints_total",
@@ -256,6 +264,15 @@ impl Metrics {
             s.operators
                 .iter()
                 .map(|o| (format!("operator=\"{}\"", o.name), o.bytes as f64))
+                .collect(),
+        );
+        labelled(
+            "stage_cpu_seconds",
+            "CPU seconds this member's tasks of each stage used in their turns and commits.",
+            s.stages
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (format!("stage=\"{i}\""), g.cpu_seconds))
                 .collect(),
         );
         labelled(

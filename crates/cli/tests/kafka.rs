@@ -1327,14 +1327,15 @@ fn broker_restart_sigterm_drain_and_fencing() {
 }
 
 /// A group member's checkpoints every 1,500 records, and a session timeout
-/// short enough for a killed member's tasks to move within the test.
+/// short enough for a killed member's tasks to move within the test (the
+/// test broker's `group.min.session.timeout.ms` allows it).
 const MEMBER_FLAGS: &[&str] = &[
     "--checkpoint-every",
     "1500",
     "-X",
-    "session.timeout.ms=6000",
+    "session.timeout.ms=2500",
     "-X",
-    "heartbeat.interval.ms=500",
+    "heartbeat.interval.ms=250",
 ];
 
 /// A member of consumer group `group` on `input`, its own checkpoint
@@ -1447,8 +1448,10 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
         .args(["--metrics", &format!("127.0.0.1:{port}")]);
     let mut member = spawn_logged(c);
     let started = Instant::now();
-    // The status page's stages, as the member saw them with all its tasks open.
+    // The status page's stages, as the member saw them with all its tasks
+    // open, and last.
     let mut stages = serde_json::Value::Null;
+    let mut last = serde_json::Value::Null;
     let status = loop {
         if let Some(s) = member.try_wait().unwrap() {
             break s;
@@ -1459,6 +1462,9 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
         );
         if let Some((200, _, body)) = http_get(port, "/status.json") {
             let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if s["stages"].as_array().is_some_and(|g| g.len() == 2) {
+                last = s["stages"].clone();
+            }
             if s["stages"].as_array().is_some_and(|g| {
                 g.len() == 2
                     && g.iter()
@@ -1488,6 +1494,12 @@ fn a_lone_member_of_a_repartitioned_group_ends_with_its_bounded_input() {
         stages[1]["name"].as_str().unwrap().contains("TUMBLE"),
         "{stages}"
     );
+    // Each stage's tasks count what they read and the CPU they used: the
+    // cost of each side of the exchange.
+    for g in last.as_array().unwrap() {
+        assert!(g["records_in"].as_u64().unwrap() > 0, "{last}");
+        assert!(g["cpu_s"].as_f64().unwrap() > 0.0, "{last}");
+    }
     let committed = consume_all(&output, "read_committed");
     assert_matches("lone member", &fold_recs(&committed), &oracle(&lines));
     assert_same_records("lone member", &committed, &reference);
@@ -1580,9 +1592,9 @@ fn a_group_task_restores_its_state_from_incremental_checkpoints_in_kafka() {
                 "--checkpoint-every",
                 "4000",
                 "-X",
-                "session.timeout.ms=6000",
+                "session.timeout.ms=2500",
                 "-X",
-                "heartbeat.interval.ms=500",
+                "heartbeat.interval.ms=250",
             ],
         );
         c.arg("--checkpoint")
@@ -2038,11 +2050,9 @@ fn group_join_case(
     }
     let logs: Vec<String> = (0..4).map(log).collect();
     for m in &mut members[1..] {
-        // A member that died at its failpoint is gone already.
-        let _ = std::process::Command::new("kill")
-            .arg(m.id().to_string())
-            .stderr(Stdio::null())
-            .status();
+        // Done with: no need to wait for a graceful hand-over. A member that
+        // died at its failpoint is gone already.
+        let _ = m.kill();
         let _ = m.wait();
     }
     // The first table's routing tasks are `shuffle-P`, the others' `shuffle-T-P`.

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::BaseRecord;
 use ubik_connector::{ConnectorError, DeadLetter, DeadLetterSink};
 
 use crate::admin::ensure_topic;
 use crate::config::{EmitMode, KafkaUrl};
 use crate::error::Error;
-use crate::sink::{DeliveryErrors, UbikProducer, headers, producer, send};
+use crate::sink::{DeliveryErrors, UbikProducer, flush, headers, producer, send};
 
 /// Writes with an idempotent producer and flushes before every checkpoint:
 /// after a crash a dead letter may be written twice, never lost.
@@ -54,8 +54,7 @@ impl DeadLetterSink for KafkaDeadLetters {
     }
 
     fn commit(&mut self) -> Result<(), ConnectorError> {
-        self.producer
-            .flush(Duration::from_secs(60))
+        flush(&self.producer, Duration::from_secs(60))
             .map_err(|e| ConnectorError::Transient(format!("flushing dead letters: {e}")))?;
         match self.errors.take_error() {
             Some(e) => Err(ConnectorError::Transient(format!(

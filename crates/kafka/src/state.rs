@@ -38,7 +38,7 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::BaseRecord;
 use serde_json::json;
 use tracing::debug;
 use ubik_connector::{CheckpointFiles, CheckpointReplica, ConnectorError, Replicated, SharedFile};
@@ -47,7 +47,7 @@ use crate::admin::{METADATA_TIMEOUT, ensure_topic_with};
 use crate::config::{EmitMode, KafkaUrl};
 use crate::error::Error;
 use crate::retention::topic_config;
-use crate::sink::{DeliveryErrors, UbikProducer, producer, send};
+use crate::sink::{DeliveryErrors, UbikProducer, flush, producer, send};
 use crate::source::SourceContext;
 
 /// Bytes per chunk record: under the broker's default `message.max.bytes` (1 MB).
@@ -193,8 +193,7 @@ impl StateTopic {
     }
 
     fn flush(&self) -> Result<(), Error> {
-        self.producer
-            .flush(FLUSH_TIMEOUT)
+        flush(&self.producer, FLUSH_TIMEOUT)
             .map_err(|e| Error::Transient(format!("saving state to {}: {e}", self.url.topic)))?;
         match self.errors.take_error() {
             None => Ok(()),

@@ -218,6 +218,11 @@ pub fn describe_stages(plan: &ubik_engine::QueryPlan) -> String {
 /// repartition topic, whose rows its first stage already counted (and
 /// whose lag is not the input's).
 fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
+    if let Some(stage) = total.stages.get_mut(stage_of(kind)) {
+        stage.records_in += s.records_in;
+        stage.cpu_seconds += s.cpu_seconds;
+    }
+    total.cpu_seconds += s.cpu_seconds;
     let reads_input = !matches!(kind, TaskKind::Keyed(_));
     if reads_input {
         total.records_in += s.records_in;
@@ -358,7 +363,9 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         interval: opts.commit_interval,
         records: opts.commit_records,
     };
-    let shared = Arc::new(Mutex::new(Tasks::default()));
+    let mut tasks = Tasks::default();
+    tasks.handed_over.stages = stages;
+    let shared = Arc::new(Mutex::new(tasks));
     {
         let shared = Arc::clone(&shared);
         let kind_of = kind_of.clone();
@@ -494,7 +501,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             && opening.is_empty()
             && tasks.open.values().all(|t| t.finished)
         {
-            report(&mut tasks, &stages, &mut opts);
+            report(&mut tasks, &mut opts);
             // Closed, so leaving (a revocation) has nothing to hand over.
             for (_, mut t) in std::mem::take(&mut tasks.open) {
                 let _ = t.sink.close();
@@ -504,7 +511,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             return Ok(RunEnd::Finished);
         }
         if last_report.elapsed() >= opts.report_every {
-            report(&mut tasks, &stages, &mut opts);
+            report(&mut tasks, &mut opts);
             last_report = Instant::now();
         }
     }
@@ -585,6 +592,8 @@ fn layout_of(
         key: key.clone(),
         tasks,
         here: Vec::new(),
+        records_in: 0,
+        cpu_seconds: 0.0,
     };
     match mode {
         Mode::Partitioned => vec![run(&inputs.join(", "), layout.inputs[0])],
@@ -606,6 +615,8 @@ fn layout_of(
                     key: routed_by.unwrap_or_default(),
                     tasks: layout.inputs.iter().sum(),
                     here: Vec::new(),
+                    records_in: 0,
+                    cpu_seconds: 0.0,
                 },
                 keyed,
             ]
@@ -613,16 +624,23 @@ fn layout_of(
     }
 }
 
-fn report(tasks: &mut Tasks, stages: &[StageStatus], opts: &mut RunOptions<'_>) {
+/// The index of task `kind`'s stage in [`layout_of`]'s list.
+fn stage_of(kind: TaskKind) -> usize {
+    match kind {
+        TaskKind::Whole(_) | TaskKind::Shuffle(..) => 0,
+        TaskKind::Keyed(_) => 1,
+    }
+}
+
+fn report(tasks: &mut Tasks, opts: &mut RunOptions<'_>) {
+    // The stages as laid out, with the counters of the tasks handed over.
     let mut total = tasks.handed_over.clone();
     // Which of each stage's tasks this member holds now.
-    total.stages = stages.to_vec();
     for kind in tasks.open.keys() {
-        let (stage, p) = match *kind {
-            TaskKind::Whole(p) | TaskKind::Shuffle(_, p) => (0, p),
-            TaskKind::Keyed(p) => (1, p),
+        let p = match *kind {
+            TaskKind::Whole(p) | TaskKind::Shuffle(_, p) | TaskKind::Keyed(p) => p,
         };
-        if let Some(s) = total.stages.get_mut(stage) {
+        if let Some(s) = total.stages.get_mut(stage_of(*kind)) {
             s.here.push(p);
         }
     }

@@ -17,6 +17,7 @@ pub mod changes;
 pub mod checkpoint;
 pub mod codec;
 pub mod connect;
+mod cpu;
 pub mod dead_letter;
 pub mod error;
 pub mod group;

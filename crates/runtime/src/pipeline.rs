@@ -61,6 +61,10 @@ pub struct Stats {
     /// of the last committed epoch, and the maximum over the run.
     pub commit_latency_last_ms: f64,
     pub commit_latency_max_ms: f64,
+    /// CPU seconds of the pipeline's own thread in its turns and commits
+    /// (decoding, the query, encoding, checkpoints; not librdkafka's
+    /// threads nor the store's background merges).
+    pub cpu_seconds: f64,
     pub started: Instant,
     /// Each source partition's progress (refreshed for reports).
     pub partitions: Vec<PartitionStatus>,
@@ -80,7 +84,7 @@ pub struct Stats {
 }
 
 /// One stage of a consumer group's plan, as one member sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StageStatus {
     /// What its tasks do.
     pub name: String,
@@ -92,6 +96,10 @@ pub struct StageStatus {
     /// Its task count, and the tasks this member holds.
     pub tasks: u32,
     pub here: Vec<u32>,
+    /// What this member's tasks of the stage have read, and the CPU their
+    /// turns and commits used ([`Stats::cpu_seconds`]), over the run.
+    pub records_in: u64,
+    pub cpu_seconds: f64,
 }
 
 /// One source partition's event-time progress.
@@ -139,6 +147,7 @@ impl Default for Stats {
             last_checkpoint_bytes: 0,
             commit_latency_last_ms: 0.0,
             commit_latency_max_ms: 0.0,
+            cpu_seconds: 0.0,
             state_bytes: 0,
             state_keys: 0,
             watermark: MIN_TIME,

@@ -13,6 +13,7 @@ use ubik_connector::{ConnectorError, Sink, SinkRecord};
 use ubik_engine::Output;
 use ubik_format::ChangeEncoder;
 
+use crate::cpu;
 use crate::error::{Result, RuntimeError};
 use crate::pipeline::{Pipeline, Stats, Step};
 
@@ -173,6 +174,13 @@ impl Runner {
 
     /// The commit a turn left to the caller: commits and checkpoints.
     pub fn commit(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
+        let cpu = cpu::thread_seconds();
+        let r = self.commit_now(pipeline, sink);
+        pipeline.stats.cpu_seconds += cpu::thread_seconds() - cpu;
+        r
+    }
+
+    fn commit_now(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
         self.due = false;
         commit_epoch(pipeline, sink, &mut self.first_write)?;
         self.last_commit = Instant::now();
@@ -185,6 +193,19 @@ impl Runner {
     /// checkpoints) when due. With `stop`, drains and stops. Returns how the
     /// run ended, once it has.
     pub fn turn(
+        &mut self,
+        pipeline: &mut Pipeline,
+        sink: &mut dyn Sink,
+        cadence: Cadence,
+        stop: bool,
+    ) -> Result<Option<RunEnd>> {
+        let cpu = cpu::thread_seconds();
+        let r = self.step(pipeline, sink, cadence, stop);
+        pipeline.stats.cpu_seconds += cpu::thread_seconds() - cpu;
+        r
+    }
+
+    fn step(
         &mut self,
         pipeline: &mut Pipeline,
         sink: &mut dyn Sink,
@@ -259,7 +280,7 @@ impl Runner {
         } else if (due || idle_flush) && self.defer {
             self.due = true;
         } else if due || idle_flush {
-            self.commit(pipeline, sink)?;
+            self.commit_now(pipeline, sink)?;
         }
         Ok(None)
     }
