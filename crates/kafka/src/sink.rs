@@ -85,33 +85,60 @@ pub fn producer(
 
 /// Waits until every record sent so far is delivered, serving delivery
 /// reports as they arrive. Not `Producer::flush`: rdkafka's `poll` waits out
-/// its whole timeout even once a report arrived, so every flush took at least
-/// 100 ms, and a group checkpoint (several flushes) ~300 ms of idle waiting.
+/// its whole timeout even once a report arrived (every flush took at least
+/// 100 ms: a group checkpoint idled ~300 ms), and spins through the last
+/// millisecond of it (a short timeout is a busy loop).
 pub fn flush(producer: &UbikProducer, timeout: Duration) -> Result<(), KafkaError> {
     let deadline = Instant::now() + timeout;
+    let mut nap = Backoff::default();
     loop {
         // A zero timeout only asks whether anything is still outstanding.
         match producer.flush(Duration::ZERO) {
             Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
                 if Instant::now() < deadline =>
             {
-                producer.poll(Duration::from_millis(1));
+                serve_and_wait(producer, &mut nap);
             }
             done => return done,
         }
     }
 }
 
+/// A short sleep that doubles while nothing is delivered: prompt for a
+/// local broker, a few wake-ups per millisecond at most for a slow one.
+struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self(Duration::from_micros(50))
+    }
+}
+
+/// Serves every delivery report waiting (non-blocking polls while the
+/// outstanding count drops), then sleeps a little.
+fn serve_and_wait(producer: &UbikProducer, nap: &mut Backoff) {
+    loop {
+        let before = producer.in_flight_count();
+        producer.poll(Duration::ZERO);
+        if producer.in_flight_count() >= before {
+            break;
+        }
+        *nap = Backoff::default();
+    }
+    std::thread::sleep(nap.0);
+    nap.0 = (nap.0 * 2).min(Duration::from_millis(2));
+}
+
 /// Sends one record, waiting while librdkafka's queue is full.
 pub fn send(producer: &UbikProducer, record: BaseRecord<'_, [u8], [u8]>) -> Result<(), Error> {
     let mut record = record;
+    let mut nap = Backoff::default();
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                // Short: `poll` waits out its whole timeout (see `flush`).
-                producer.poll(Duration::from_millis(1));
+                serve_and_wait(producer, &mut nap);
             }
             Err((e, _)) if is_fenced(&e) => return Err(Error::Fenced(e.to_string())),
             Err((e, _)) => return Err(Error::Kafka(e)),

@@ -432,7 +432,13 @@ impl Lowering {
             sources: Vec::new(),
             join: None,
         };
-        let mut lowered = self.lower_aggregation_over(plan, &chain, agg, &input, stage_input)?;
+        // Over the inner result's columns: a configured event-time column
+        // names a source column, not one of these (the window column is
+        // the rollup's time, set below).
+        let mut outer_lowering = self.clone();
+        outer_lowering.options.event_time = None;
+        let mut lowered =
+            outer_lowering.lower_aggregation_over(plan, &chain, agg, &input, stage_input)?;
         if lowered.plan.window.is_some() {
             return Err(refuse("a window function"));
         }
