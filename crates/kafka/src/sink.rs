@@ -87,20 +87,26 @@ pub fn producer(
 /// reports as they arrive. Not `Producer::flush`: rdkafka's `poll` waits out
 /// its whole timeout even once a report arrived (every flush took at least
 /// 100 ms: a group checkpoint idled ~300 ms), and spins through the last
-/// millisecond of it (a short timeout is a busy loop).
+/// millisecond of it (a short timeout is a busy loop). librdkafka's own
+/// flush is called once, not in the loop: each call wakes every broker
+/// thread.
 pub fn flush(producer: &UbikProducer, timeout: Duration) -> Result<(), KafkaError> {
     let deadline = Instant::now() + timeout;
+    // Sends what lingers now; a zero timeout does not wait for it.
+    match producer.flush(Duration::ZERO) {
+        Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)) => {}
+        done => return done,
+    }
     let mut nap = Backoff::default();
     loop {
-        // A zero timeout only asks whether anything is still outstanding.
-        match producer.flush(Duration::ZERO) {
-            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
-                if Instant::now() < deadline =>
-            {
-                serve_and_wait(producer, &mut nap);
-            }
-            done => return done,
+        serve(producer, &mut nap);
+        if producer.in_flight_count() == 0 {
+            return Ok(());
         }
+        if Instant::now() >= deadline {
+            return Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut));
+        }
+        nap.sleep();
     }
 }
 
@@ -114,19 +120,24 @@ impl Default for Backoff {
     }
 }
 
-/// Serves every delivery report waiting (non-blocking polls while the
-/// outstanding count drops), then sleeps a little.
-fn serve_and_wait(producer: &UbikProducer, nap: &mut Backoff) {
+impl Backoff {
+    fn sleep(&mut self) {
+        std::thread::sleep(self.0);
+        self.0 = (self.0 * 2).min(Duration::from_millis(2));
+    }
+}
+
+/// Serves every delivery report waiting: non-blocking polls while the
+/// outstanding count drops (then the next wait starts short again).
+fn serve(producer: &UbikProducer, nap: &mut Backoff) {
     loop {
         let before = producer.in_flight_count();
         producer.poll(Duration::ZERO);
         if producer.in_flight_count() >= before {
-            break;
+            return;
         }
         *nap = Backoff::default();
     }
-    std::thread::sleep(nap.0);
-    nap.0 = (nap.0 * 2).min(Duration::from_millis(2));
 }
 
 /// Sends one record, waiting while librdkafka's queue is full.
@@ -138,7 +149,8 @@ pub fn send(producer: &UbikProducer, record: BaseRecord<'_, [u8], [u8]>) -> Resu
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                serve_and_wait(producer, &mut nap);
+                serve(producer, &mut nap);
+                nap.sleep();
             }
             Err((e, _)) if is_fenced(&e) => return Err(Error::Fenced(e.to_string())),
             Err((e, _)) => return Err(Error::Kafka(e)),
