@@ -174,10 +174,7 @@ impl Runner {
 
     /// The commit a turn left to the caller: commits and checkpoints.
     pub fn commit(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
-        let cpu = cpu::thread_seconds();
-        let r = self.commit_now(pipeline, sink);
-        pipeline.stats.cpu_seconds += cpu::thread_seconds() - cpu;
-        r
+        on_cpu(pipeline, |p| self.commit_now(p, sink))
     }
 
     fn commit_now(&mut self, pipeline: &mut Pipeline, sink: &mut dyn Sink) -> Result<()> {
@@ -199,10 +196,7 @@ impl Runner {
         cadence: Cadence,
         stop: bool,
     ) -> Result<Option<RunEnd>> {
-        let cpu = cpu::thread_seconds();
-        let r = self.step(pipeline, sink, cadence, stop);
-        pipeline.stats.cpu_seconds += cpu::thread_seconds() - cpu;
-        r
+        on_cpu(pipeline, |p| self.step(p, sink, cadence, stop))
     }
 
     fn step(
@@ -295,6 +289,15 @@ impl Runner {
             }
         }
     }
+}
+
+/// Runs `work`, adding the CPU time this thread spent in it to the
+/// pipeline's [`Stats::cpu_seconds`].
+fn on_cpu<T>(pipeline: &mut Pipeline, work: impl FnOnce(&mut Pipeline) -> T) -> T {
+    let start = cpu::thread_seconds();
+    let r = work(pipeline);
+    pipeline.stats.cpu_seconds += cpu::thread_seconds() - start;
+    r
 }
 
 /// A cadence that never asks for a commit (the caller decides).
