@@ -60,9 +60,11 @@ run() {
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" "${query[@]}" -q "$@" > "$out"
   awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time"
 }
-# checkpoint_medians LOG [FIRST]: "bytes ms", the medians over the debug log's "checkpoint
-# written" lines (its first FIRST only, when given). Builds before the state store log only the
-# checkpoint's bytes (the whole state), later ones the bytes it wrote.
+# checkpoint_medians LOG [FIRST]: "bytes ms pause_ms", the medians over the debug log's
+# "checkpoint written" lines (its first FIRST only, when given): bytes written, ms until the
+# checkpoint was current, ms it held the pipeline. Builds before the state store log only the
+# checkpoint's bytes (the whole state), later ones the bytes it wrote; builds before checkpoints
+# completed in the background held the pipeline for the whole checkpoint.
 checkpoint_medians() {
   "$PY" - "$1" "${2:-0}" <<'PY'
 import re, statistics, sys
@@ -71,7 +73,9 @@ fields = [dict(re.findall(r"(\w+)=([0-9.]+)", re.sub(r"\x1b\[[0-9;]*m", "", l)))
 first = int(sys.argv[2])
 fields = fields[:first] if first else fields
 written = statistics.median(int(f.get("written", f["bytes"])) for f in fields)
-print(f"{written:.0f} {statistics.median(float(f['ms']) for f in fields):.0f}")
+ms = statistics.median(float(f["ms"]) for f in fields)
+pause = statistics.median(float(f.get("pause_ms", f["ms"])) for f in fields)
+print(f"{written:.0f} {ms:.0f} {pause:.1f}")
 PY
 }
 builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
@@ -114,8 +118,8 @@ PY
     ;;
   checkpoint)
     echo "== checkpoint cost when 1% of the keys changed"
-    echo "| keys | build | state on disk | written per checkpoint (median of 5) | ms per checkpoint |"
-    echo "|---|---|---|---|---|"
+    echo "| keys | build | state on disk | written per checkpoint (median of 5) | ms until current | ms the pipeline waited |"
+    echo "|---|---|---|---|---|---|"
     for K in ${CKPT_KEYS:-1000000 5000000}; do
       for build in $(builds); do
         bin=$(bin_of "$build")
@@ -138,9 +142,9 @@ PY
           --checkpoint "$WORK/ck" --checkpoint-every "$STEP" --batch-size "$STEP" --checkpoint-interval 1h --emit-interval 10ms --lateness 0s \
           2> "$WORK/ck.log" > /dev/null
         # The first 5: the checkpoint at the end of input changed nothing more.
-        read -r w ms < <(checkpoint_medians "$WORK/ck.log" 5)
-        awk -v k="$K" -v b="$build" -v d="$(du -sb "$WORK/ck" | cut -f1)" -v w="$w" -v ms="$ms" \
-          'BEGIN { printf "| %d | %s | %.0f MB | %.1f MB | %d |\n", k, b, d / 1e6, w / 1e6, ms }'
+        read -r w ms pause < <(checkpoint_medians "$WORK/ck.log" 5)
+        awk -v k="$K" -v b="$build" -v d="$(du -sb "$WORK/ck" | cut -f1)" -v w="$w" -v ms="$ms" -v p="$pause" \
+          'BEGIN { printf "| %d | %s | %.0f MB | %.1f MB | %d | %.1f |\n", k, b, d / 1e6, w / 1e6, ms, p }'
       done
     done
     ;;
@@ -207,7 +211,7 @@ PY
         read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=bench/nexmark/$q.sql \
           run "$(bin_of "$build")" "$WORK/$q-$build.jsonl" "${nexmark[@]}" --checkpoint "$WORK/jck" \
           --checkpoint-every "$STEP" --checkpoint-interval 1h 2> "$WORK/jck-$build.log")
-        read -r w ms < <(checkpoint_medians "$WORK/jck-$build.log")
+        read -r w ms _ < <(checkpoint_medians "$WORK/jck-$build.log")
         awk -v q="$q" -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
           'BEGIN { printf "| %s | %s | %ss | %s MB | %.1f MB | %d |\n", q, b, s, rss, w / 1e6, ms }'
       done
@@ -233,7 +237,7 @@ PY
       read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug Q=$SQ run "$(bin_of "$build")" "$WORK/sessions-$build.jsonl" \
         --from "$(demo "$N" "$K" $((N / 3000)))" --checkpoint "$WORK/sck" --checkpoint-every "$STEP" \
         --checkpoint-interval 1h 2> "$WORK/sck-$build.log")
-      read -r w ms < <(checkpoint_medians "$WORK/sck-$build.log")
+      read -r w ms _ < <(checkpoint_medians "$WORK/sck-$build.log")
       awk -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
         'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d |\n", b, s, rss, w / 1e6, ms }'
     done
@@ -301,7 +305,7 @@ PY
       read -r s _ < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=$WORK/tumble.sql run "$(bin_of "$build")" "$WORK/tumble-$build.jsonl" \
         --from "$(demo "$N" "$K" $((N / 3000)))" --checkpoint "$WORK/wck" --checkpoint-every "$STEP" \
         --batch-size "$STEP" --checkpoint-interval 1h 2> "$WORK/wck.log")
-      read -r w ms < <(checkpoint_medians "$WORK/wck.log")
+      read -r w ms _ < <(checkpoint_medians "$WORK/wck.log")
       awk -v b="$build" -v w="$w" -v ms="$ms" -v s="$s" 'BEGIN { printf "| %s | %.1f MB | %d | %ss |\n", b, w / 1e6, ms, s }'
     done
     [[ -z ${BEFORE:-} ]] || cmp "$WORK/tumble-before.jsonl" "$WORK/tumble-after.jsonl"

@@ -108,6 +108,7 @@ impl Metrics {
             "checkpoint": {
                 "count": s.checkpoints,
                 "last_ms": s.last_checkpoint_ms,
+                "last_pause_ms": s.last_checkpoint_pause_ms,
                 "last_bytes": s.last_checkpoint_bytes,
                 "age_s": s.last_checkpoint_at
                     .and_then(|t| now.duration_since(t).ok())
@@ -192,8 +193,14 @@ impl Metrics {
         metric(
             "checkpoint_duration_ms",
             "gauge",
-            "Duration of the last checkpoint.",
+            "Duration of the last checkpoint, from the freeze until it is current.",
             s.last_checkpoint_ms,
+        );
+        metric(
+            "checkpoint_pause_ms",
+            "gauge",
+            "How long the last checkpoint held the pipeline (freezing the state).",
+            s.last_checkpoint_pause_ms,
         );
         metric(
             "state_bytes",

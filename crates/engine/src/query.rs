@@ -26,6 +26,7 @@ use crate::progress::{PartitionProgress, Progress, source_of};
 use crate::state::keyed::Evicted;
 use crate::state::{SharedStore, StateEntry};
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
+use ubik_state::Durability;
 
 /// Where a query keeps state that leaves memory, and how much it may hold.
 #[derive(Debug, Clone, Default)]
@@ -750,10 +751,27 @@ impl Query {
         Ok(())
     }
 
+    /// The state for a checkpoint, taken between batches, its store runs
+    /// on disk when it returns. See [`Self::snapshot_deferred`].
+    pub fn snapshot(&mut self) -> Result<QuerySnapshot> {
+        let (snapshot, durability) = self.snapshot_deferred()?;
+        if let Some(d) = durability {
+            d.wait()?;
+        }
+        Ok(snapshot)
+    }
+
     /// The state for a checkpoint, taken between batches. With a durable
     /// store, the operators first write what changed to it, and the
-    /// snapshot names the store's runs.
-    pub fn snapshot(&mut self) -> Result<QuerySnapshot> {
+    /// snapshot names the store's runs; those runs reach the disk in the
+    /// background, and the checkpoint may be made current only after the
+    /// [`Durability`] returned has been waited on (on any thread).
+    pub fn snapshot_deferred(&mut self) -> Result<(QuerySnapshot, Option<Durability>)> {
+        let durable = self.state.store.as_ref().filter(|s| s.is_durable());
+        let since = match durable {
+            Some(s) => s.with(|s| Ok(s.writes_queued()))?,
+            None => 0,
+        };
         let mut operator = match self.operator.as_mut() {
             Some(op) => op.handle_checkpoint()?,
             None => Default::default(),
@@ -761,16 +779,22 @@ impl Query {
         if let Some(j) = self.join.as_mut() {
             operator.batches.extend(j.snapshot()?);
         }
-        let store = match self.state.store.as_ref().filter(|s| s.is_durable()) {
-            Some(s) => Some(s.with(|s| Ok(s.checkpoint()?))?),
-            None => None,
+        let (store, durability) = match durable {
+            Some(s) => {
+                let (manifest, durability) = s.with(|s| Ok(s.checkpoint(since)?))?;
+                (Some(manifest), Some(durability))
+            }
+            None => (None, None),
         };
-        Ok(QuerySnapshot {
-            progress: self.progress.clone(),
-            fired: self.fired,
-            operator,
-            store,
-        })
+        Ok((
+            QuerySnapshot {
+                progress: self.progress.clone(),
+                fired: self.fired,
+                operator,
+                store,
+            },
+            durability,
+        ))
     }
 
     /// Restores a fresh query from a snapshot of the same plan.

@@ -238,6 +238,9 @@ fn add(total: &mut Stats, kind: TaskKind, s: &Stats) {
     total.changes_out += s.changes_out;
     total.checkpoints += s.checkpoints;
     total.last_checkpoint_ms = total.last_checkpoint_ms.max(s.last_checkpoint_ms);
+    total.last_checkpoint_pause_ms = total
+        .last_checkpoint_pause_ms
+        .max(s.last_checkpoint_pause_ms);
     total.state_bytes += s.state_bytes;
     total.state_keys += s.state_keys;
     total.commit_latency_last_ms = total.commit_latency_last_ms.max(s.commit_latency_last_ms);

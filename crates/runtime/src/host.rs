@@ -353,7 +353,9 @@ impl HostPipeline {
             pending.push(self.change_of(b)?);
         }
         self.ready.extend(held.into_iter().map(Ready::Batch));
-        self.pipeline.checkpoint(&pending)
+        // The host commits its lake tables next: the checkpoint must be current.
+        self.pipeline.checkpoint(&pending)?;
+        self.pipeline.settle_checkpoint()
     }
 
     fn change_of(&self, b: &RecordBatch) -> Result<ChangeBatch> {

@@ -16,6 +16,7 @@
 pub mod changes;
 pub mod checkpoint;
 pub mod codec;
+mod completion;
 pub mod connect;
 mod cpu;
 pub mod dead_letter;

@@ -4,7 +4,10 @@
 //! changelog it produced; the caller hands the changes on (a sink, a Python
 //! host), makes them durable, and then calls [`Pipeline::checkpoint`].
 //! Emit, commit, checkpoint: a crash anywhere replays from the last
-//! checkpoint and re-emits byte-identical records.
+//! checkpoint and re-emits byte-identical records. A checkpoint holds the
+//! pipeline only while it freezes the state; it completes in the
+//! background ([`crate::completion`]), and [`Pipeline::settle_checkpoint`]
+//! waits for it where the caller needs it durable.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -29,8 +32,9 @@ use ubik_format::schema::describe;
 use ubik_format::timestamp::EpochUnit;
 use ubik_format::{BadRecord, RecordDecoder};
 
-use crate::changes::{decode_changes, encode_changes};
+use crate::changes::decode_changes;
 use crate::checkpoint::{CHECKPOINT_FORMAT, CheckpointStore, IdleEvent, Manifest, fingerprint};
+use crate::completion::{Frozen, InFlight};
 use crate::connect::OpenedSource;
 use crate::error::{Result, RuntimeError};
 use crate::record_meta;
@@ -47,7 +51,10 @@ pub struct Stats {
     pub late_rows: u64,
     pub changes_out: u64,
     pub checkpoints: u64,
+    /// From the freeze to the checkpoint being current (its files synced
+    /// and replicated), and how long of it held the pipeline.
     pub last_checkpoint_ms: f64,
+    pub last_checkpoint_pause_ms: f64,
     /// Bytes the last checkpoint wrote (its files and new state runs).
     pub last_checkpoint_bytes: u64,
     /// Engine state bytes: the checkpoint blob and the state runs on disk.
@@ -144,6 +151,7 @@ impl Default for Stats {
             changes_out: 0,
             checkpoints: 0,
             last_checkpoint_ms: 0.0,
+            last_checkpoint_pause_ms: 0.0,
             last_checkpoint_bytes: 0,
             commit_latency_last_ms: 0.0,
             commit_latency_max_ms: 0.0,
@@ -334,7 +342,9 @@ pub struct Pipeline {
     next_input: usize,
     policy: ErrorPolicy,
     dead_letters: Box<dyn DeadLetterSink>,
+    /// `None` while a checkpoint completes (it has the store) or without one.
     store: Option<CheckpointStore>,
+    in_flight: Option<InFlight>,
     identity: serde_json::Value,
     fingerprint: String,
     /// Epoch of the last checkpoint (0: none yet).
@@ -363,7 +373,7 @@ pub struct Pipeline {
     /// A first stage's last progress record per source partition
     /// (watermark, ended): one is written again only when it changed.
     progress_sent: BTreeMap<u32, (i64, bool)>,
-    /// The source positions of the last checkpoint (or resume).
+    /// The source positions of the last checkpoint taken (or resume).
     checkpointed_at: Option<serde_json::Value>,
     /// Where the query's state goes when it leaves memory (every query
     /// this pipeline makes shares the one store).
@@ -557,6 +567,7 @@ impl Pipeline {
             policy: settings.on_error,
             dead_letters,
             store: None,
+            in_flight: None,
             identity,
             fingerprint,
             epoch: 0,
@@ -588,6 +599,7 @@ impl Pipeline {
 
     /// Resumes from the latest checkpoint, or from `epoch` if given.
     pub fn resume(&mut self, epoch: Option<u64>) -> Result<bool> {
+        self.settle_checkpoint()?;
         let Some(store) = self.store.as_ref() else {
             return Ok(false);
         };
@@ -798,7 +810,7 @@ impl Pipeline {
     }
 
     pub fn has_checkpoints(&self) -> bool {
-        self.store.is_some()
+        self.store.is_some() || self.in_flight.is_some()
     }
 
     /// Records emitted so far (as counted by the caller via [`Self::note_emitted`]).
@@ -817,6 +829,9 @@ impl Pipeline {
 
     /// Reads one chunk of input and processes it; changes go to `out.changes`.
     pub fn step(&mut self, out: &mut Output) -> Result<Step> {
+        if self.in_flight.as_ref().is_some_and(InFlight::is_finished) {
+            self.settle_checkpoint()?;
+        }
         if let Some(b) = self.restored_output.pop_front() {
             out.changes.push(b);
             return Ok(Step::Data);
@@ -1237,6 +1252,7 @@ impl Pipeline {
                 continue;
             }
             let position = self.consumed.get(&p).copied().unwrap_or(0);
+            self.settle_checkpoint()?;
             if let Some(store) = &mut self.store {
                 store.append_idle(&IdleEvent {
                     epoch: self.epoch + 1,
@@ -1256,18 +1272,41 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Writes a checkpoint of the state as of now. `pending` is output the
+    /// Takes a checkpoint of the state as of now. `pending` is output the
     /// host received but has not committed yet (it is handed out again on
     /// resume); pass `&[]` when everything emitted is already committed.
+    ///
+    /// Returns once the state is frozen; the checkpoint becomes current in
+    /// the background ([`crate::completion`]), after the previous one did.
+    /// [`Self::settle_checkpoint`] waits for it.
     pub fn checkpoint(&mut self, pending: &[ChangeBatch]) -> Result<()> {
         // Dead letters are made durable at every epoch, checkpoints or not.
         self.dead_letters.commit()?;
-        if self.store.is_none() {
+        // One completes at a time: the wait for the previous one holds the pipeline too.
+        let waiting = Instant::now();
+        self.settle_checkpoint()?;
+        let waited = waiting.elapsed();
+        let Some(store) = self.store.take() else {
             return Ok(());
-        }
+        };
         let started = Instant::now();
-        let written_before = self.state_bytes_written();
-        let snapshot = self.query.snapshot()?;
+        let frozen = match self.freeze(pending) {
+            Ok(f) => f,
+            Err(e) => {
+                self.store = Some(store);
+                return Err(e);
+            }
+        };
+        let (epoch, position) = (frozen.manifest.epoch, frozen.manifest.source.clone());
+        self.in_flight = Some(InFlight::start(store, frozen, started, waited));
+        self.epoch = epoch;
+        self.checkpointed_at = Some(position);
+        Ok(())
+    }
+
+    /// The state as of now, for a checkpoint to complete.
+    fn freeze(&mut self, pending: &[ChangeBatch]) -> Result<Frozen> {
+        let (snapshot, durability) = self.query.snapshot_deferred()?;
         let state_runs: Vec<String> = snapshot
             .store
             .as_ref()
@@ -1278,26 +1317,14 @@ impl Pipeline {
             .store()
             .and_then(|s| s.if_open(|s| s.disk_bytes()))
             .unwrap_or(0);
-        let runs_written = self.state_bytes_written() - written_before;
-        let state = snapshot.encode()?;
-        let epoch = self.epoch + 1;
-        let position = self.positions();
-        let mut pending_all: Vec<ChangeBatch> = pending.to_vec();
-        pending_all.extend(self.restored_output.iter().cloned());
-        let pending_bytes = if pending_all.is_empty() {
-            None
-        } else {
-            Some(encode_changes(
-                &self.query.plan().output_schema,
-                &pending_all,
-            )?)
-        };
+        let mut pending: Vec<ChangeBatch> = pending.to_vec();
+        pending.extend(self.restored_output.iter().cloned());
         let manifest = Manifest {
             format: CHECKPOINT_FORMAT,
             fingerprint: self.fingerprint.clone(),
             identity: self.identity.clone(),
-            epoch,
-            source: position.clone(),
+            epoch: self.epoch + 1,
+            source: self.positions(),
             consumed: self.consumed.clone(),
             shuffle_next: self.shuffle_next.clone(),
             emitted: self.emitted,
@@ -1305,24 +1332,35 @@ impl Pipeline {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0),
-            state_bytes: state.len() as u64 + state_disk,
+            // Known once written.
+            state_bytes: 0,
+            bytes_written: 0,
             state_keys: self.query.state_keys() as u64,
             watermark: self.query.watermark(),
             state_runs,
-            bytes_written: state.len() as u64
-                + pending_bytes.as_ref().map_or(0, |p| p.len() as u64)
-                + runs_written,
         };
-        let Some(store) = self.store.as_mut() else {
+        Ok(Frozen {
+            snapshot,
+            durability,
+            manifest,
+            pending,
+            output_schema: Arc::clone(&self.query.plan().output_schema),
+            state: self.query.store().cloned(),
+            state_disk,
+        })
+    }
+
+    /// Waits for the checkpoint being completed, if any, then commits the
+    /// sources to its positions: what it covers is durable from then on.
+    pub fn settle_checkpoint(&mut self) -> Result<()> {
+        let Some(flight) = self.in_flight.take() else {
             return Ok(());
         };
-        store.write(&manifest, &state, pending_bytes.as_deref())?;
-        store.truncate_idle(epoch + 1)?;
-        if !manifest.state_runs.is_empty() || state_disk > 0 {
-            self.query.retain_state(&store.pinned_runs()?)?;
-        }
-        self.epoch = epoch;
-        self.checkpointed_at = Some(position.clone());
+        let (started, pause_ms) = (flight.started, flight.pause_ms);
+        let position = flight.position.clone();
+        let (store, result) = flight.join();
+        self.store = Some(store);
+        let done = result?;
         match self.inputs.as_mut_slice() {
             [one] => one.source.commit(&position)?,
             several => {
@@ -1333,28 +1371,23 @@ impl Pipeline {
                 }
             }
         }
+        let m = &done.manifest;
         self.stats.checkpoints += 1;
         self.stats.last_checkpoint_at = Some(SystemTime::now());
         self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
-        self.stats.state_bytes = manifest.state_bytes;
-        self.stats.state_keys = manifest.state_keys;
-        self.stats.last_checkpoint_bytes = manifest.bytes_written;
+        self.stats.last_checkpoint_pause_ms = pause_ms;
+        self.stats.state_bytes = m.state_bytes;
+        self.stats.state_keys = m.state_keys;
+        self.stats.last_checkpoint_bytes = m.bytes_written;
         debug!(
-            epoch,
-            bytes = state.len(),
-            written = manifest.bytes_written,
+            epoch = m.epoch,
+            bytes = done.state_bytes,
+            written = m.bytes_written,
             ms = self.stats.last_checkpoint_ms,
+            pause_ms,
             "checkpoint written"
         );
         Ok(())
-    }
-
-    /// Bytes of state runs written so far (spills, checkpoints' changes).
-    fn state_bytes_written(&self) -> u64 {
-        self.query
-            .store()
-            .and_then(|s| s.if_open(|s| s.stats().bytes_written))
-            .unwrap_or(0)
     }
 
     /// A second stage whose first stages all ended (a bounded input): its
@@ -1646,4 +1679,14 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         });
     }
     Ok(RecordBatch::try_new(Arc::clone(schema), cols)?)
+}
+
+impl Drop for Pipeline {
+    /// A checkpoint being completed finishes (or fails) before the
+    /// pipeline goes: its thread never outlives it.
+    fn drop(&mut self) {
+        if let Err(e) = self.settle_checkpoint() {
+            warn!("the last checkpoint did not complete: {e}");
+        }
+    }
 }

@@ -214,6 +214,7 @@ impl Runner {
         }
         if self.draining == 2 {
             if commit_epoch(pipeline, sink, &mut self.first_write)? {
+                pipeline.settle_checkpoint()?;
                 info!("stopped on request after committing and checkpointing");
                 return Ok(Some(RunEnd::Stopped));
             }
@@ -260,6 +261,7 @@ impl Runner {
             if !commit_epoch(pipeline, sink, &mut self.first_write)? {
                 return Ok(None);
             }
+            pipeline.settle_checkpoint()?;
             return Ok(Some(RunEnd::Finished));
         }
         let due = self.last_commit.elapsed() >= cadence.interval

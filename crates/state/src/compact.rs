@@ -63,6 +63,7 @@ pub struct Job {
     pub inputs: Vec<String>,
     /// The run it writes (protected from deletion while it runs).
     pub output: String,
+    dir: PathBuf,
     cancel: Arc<AtomicBool>,
     handle: Option<JoinHandle<Result<Option<RunFile>>>>,
 }
@@ -82,16 +83,25 @@ impl Job {
         runs: Vec<Arc<Run>>,
         bottom: bool,
         expiry: Option<Expiry>,
-        values: SchemaRef,
         output: String,
+        sync: bool,
     ) -> Result<Job> {
+        let values = Arc::clone(runs[0].values());
         let cancel = Arc::new(AtomicBool::new(false));
         let inputs = runs.iter().map(|r| r.name.clone()).collect();
         let flag = Arc::clone(&cancel);
         let name = output.clone();
+        let job_dir = dir.clone();
         let handle = std::thread::Builder::new()
             .name("ubik-compact".into())
-            .spawn(move || merge_into(&dir, &name, &runs, bottom, expiry, values, &flag))
+            .spawn(move || {
+                let file = merge_into(&dir, &name, &runs, bottom, expiry, values, &flag)?;
+                // A durable store's checkpoints name it without syncing it again.
+                if sync && let Some(f) = &file {
+                    f.sync(&dir)?;
+                }
+                Ok(file)
+            })
             .map_err(|e| StateError::Io {
                 action: "start a compaction thread for",
                 path: PathBuf::from(&output),
@@ -101,6 +111,7 @@ impl Job {
             table,
             inputs,
             output,
+            dir: job_dir,
             cancel,
             handle: Some(handle),
         })
@@ -126,10 +137,15 @@ impl Job {
 
 impl Drop for Job {
     /// Stops and waits for the thread: a job never outlives its store.
+    /// A merged run never installed is deleted.
     fn drop(&mut self) {
         if let Some(h) = self.handle.take() {
             self.cancel.store(true, Ordering::Relaxed);
-            let _ = h.join();
+            if let Ok(Ok(Some(file))) = h.join() {
+                for f in crate::run::file_names(&file.name) {
+                    let _ = std::fs::remove_file(self.dir.join(f));
+                }
+            }
         }
     }
 }

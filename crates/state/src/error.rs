@@ -22,6 +22,10 @@ pub enum StateError {
     /// A checkpoint names a table or file the store does not have.
     #[error("state store: {0}")]
     Missing(String),
+    /// Writing a run on the store's writer thread failed; the message
+    /// names the file. The store takes no more writes.
+    #[error("{0}")]
+    Background(String),
     #[error(transparent)]
     Arrow(#[from] arrow::error::ArrowError),
 }

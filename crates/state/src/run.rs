@@ -11,6 +11,11 @@
 //! Any Arrow tool reads the `.arrow` file (`pyarrow.ipc.open_file`). A
 //! lookup reads the `.idx` once (when the run is opened), then one block
 //! per probed key that the bloom filter does not rule out.
+//!
+//! A run just written by the store is served from memory
+//! ([`Run::in_memory`]: its sorted rows, cut into the same blocks) until a
+//! background thread has written its files; the store then swaps in the
+//! opened file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -55,7 +60,7 @@ pub fn file_schema(values: &Schema) -> SchemaRef {
 }
 
 /// One decoded block of a run.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Block {
     pub keys: BinaryArray,
     pub deleted: BooleanArray,
@@ -117,6 +122,14 @@ fn partition_point(n: usize, before: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
+/// Rows per block for rows like these: about [`BLOCK_BYTES`] each.
+fn block_rows(keys: &BinaryArray, values: &RecordBatch) -> usize {
+    let n = keys.len().max(1);
+    let bytes = keys.get_array_memory_size() + values.get_array_memory_size();
+    let per_row = (bytes / n).max(1);
+    (BLOCK_BYTES / per_row).clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS)
+}
+
 /// Writes one run from rows handed over in ascending key order.
 pub struct RunWriter {
     name: String,
@@ -173,9 +186,7 @@ impl RunWriter {
         if n == 0 {
             return Ok(());
         }
-        let bytes = keys.get_array_memory_size() + values.get_array_memory_size();
-        let per_row = (bytes / n).max(1);
-        let block_rows = (BLOCK_BYTES / per_row).clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS);
+        let block_rows = block_rows(keys, values);
         let mut start = 0;
         while start < n {
             let len = block_rows.min(n - start);
@@ -299,22 +310,33 @@ struct BlockAt {
     body_len: u64,
 }
 
+/// Where a run's blocks are.
+enum Body {
+    /// In its files, read on demand.
+    File {
+        path: PathBuf,
+        file: File,
+        decoder: FileDecoder,
+        blocks: Vec<BlockAt>,
+    },
+    /// In memory, while its files are being written.
+    Memory { blocks: Vec<Block>, bytes: usize },
+}
+
 /// An opened run: its index in memory, its blocks read on demand.
 pub struct Run {
     /// Unique in this process (the block cache's key).
     pub id: u64,
     pub name: String,
-    path: PathBuf,
-    file: File,
     value_schema: SchemaRef,
-    decoder: FileDecoder,
-    blocks: Vec<BlockAt>,
+    body: Body,
     fences: Vec<u8>,
     fence_ends: Vec<u32>,
     last_key: Vec<u8>,
-    bloom: Bloom,
+    /// `None` in memory: a miss costs a binary search there, not a read.
+    bloom: Option<Bloom>,
     pub rows: u64,
-    /// Bytes of both files.
+    /// Bytes of both files (in memory: of its rows).
     pub bytes: u64,
 }
 
@@ -323,7 +345,8 @@ impl std::fmt::Debug for Run {
         f.debug_struct("Run")
             .field("name", &self.name)
             .field("rows", &self.rows)
-            .field("blocks", &self.blocks.len())
+            .field("blocks", &self.blocks())
+            .field("written", &self.is_written())
             .finish()
     }
 }
@@ -452,18 +475,76 @@ impl Run {
         Ok(Run {
             id,
             name: name.to_string(),
-            path,
-            file,
             value_schema: Arc::clone(values),
-            decoder,
-            blocks,
+            body: Body::File {
+                path,
+                file,
+                decoder,
+                blocks,
+            },
             fences,
             fence_ends,
             last_key,
-            bloom,
+            bloom: Some(bloom),
             rows,
             bytes: len + idx.len() as u64,
         })
+    }
+
+    /// Run `name` served from memory: `keys` unique and ascending, row `i`
+    /// of `deleted` and `values` theirs (`values` of the table's columns).
+    pub fn in_memory(
+        name: &str,
+        id: u64,
+        keys: &BinaryArray,
+        deleted: &BooleanArray,
+        values: &RecordBatch,
+    ) -> Run {
+        let n = keys.len();
+        let step = block_rows(keys, values);
+        let (mut blocks, mut fences, mut fence_ends) = (Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0;
+        while start < n {
+            let len = step.min(n - start);
+            blocks.push(Block {
+                keys: keys.slice(start, len),
+                deleted: deleted.slice(start, len),
+                values: values.slice(start, len),
+                size: 0,
+            });
+            fences.extend_from_slice(keys.value(start));
+            fence_ends.push(fences.len() as u32);
+            start += len;
+        }
+        let bytes = keys.get_array_memory_size()
+            + deleted.get_array_memory_size()
+            + values.get_array_memory_size();
+        Run {
+            id,
+            name: name.to_string(),
+            value_schema: values.schema(),
+            body: Body::Memory { blocks, bytes },
+            fences,
+            fence_ends,
+            last_key: if n == 0 {
+                Vec::new()
+            } else {
+                keys.value(n - 1).to_vec()
+            },
+            bloom: None,
+            rows: n as u64,
+            bytes: bytes as u64,
+        }
+    }
+
+    /// The table's value columns.
+    pub fn values(&self) -> &SchemaRef {
+        &self.value_schema
+    }
+
+    /// Whether its files are written (else it is served from memory).
+    pub fn is_written(&self) -> bool {
+        matches!(self.body, Body::File { .. })
     }
 
     fn fence(&self, i: usize) -> &[u8] {
@@ -476,42 +557,57 @@ impl Run {
     }
 
     pub fn blocks(&self) -> usize {
-        self.blocks.len()
+        self.fence_ends.len()
     }
 
     /// The block that would hold `key` (hashed to `h`), or `None` when the
     /// run cannot hold it (outside its key range, or ruled out by the bloom filter).
     pub fn block_for(&self, key: &[u8], h: u64) -> Option<usize> {
-        if key > self.last_key.as_slice() || key < self.fence(0) || !self.bloom.may_contain(h) {
+        if self.fence_ends.is_empty()
+            || key > self.last_key.as_slice()
+            || key < self.fence(0)
+            || self.bloom.as_ref().is_some_and(|b| !b.may_contain(h))
+        {
             return None;
         }
-        Some(partition_point(self.blocks.len(), |i| self.fence(i) <= key) - 1)
+        Some(partition_point(self.blocks(), |i| self.fence(i) <= key) - 1)
     }
 
-    /// Reads and decodes block `i`.
+    /// Reads and decodes block `i` (in memory: shares it).
     pub fn read_block(&self, i: usize) -> Result<Block> {
-        let at = self.blocks[i];
+        let (path, file, decoder, blocks) = match &self.body {
+            Body::Memory { blocks, .. } => return Ok(blocks[i].clone()),
+            Body::File {
+                path,
+                file,
+                decoder,
+                blocks,
+            } => (path, file, decoder, blocks),
+        };
+        let at = blocks[i];
         let len = at.meta_len as usize + at.body_len as usize;
         let mut buf = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut buf, at.offset)
-            .map_err(StateError::io("read", &self.path))?;
+        file.read_exact_at(&mut buf, at.offset)
+            .map_err(StateError::io("read", path))?;
         let block =
             arrow::ipc::Block::new(at.offset as i64, at.meta_len as i32, at.body_len as i64);
-        let batch = self
-            .decoder
+        let batch = decoder
             .read_record_batch(&block, &Buffer::from_vec(buf))
-            .map_err(|e| StateError::corrupt(&self.path, format!("block {i}: {e}")))?
-            .ok_or_else(|| StateError::corrupt(&self.path, format!("block {i} is empty")))?;
+            .map_err(|e| StateError::corrupt(path, format!("block {i}: {e}")))?
+            .ok_or_else(|| StateError::corrupt(path, format!("block {i} is empty")))?;
         Block::from_batch(batch, &self.value_schema)
     }
 
-    /// Memory the opened run holds (index and filter).
+    /// Memory the opened run holds (index and filter; in memory, its rows too).
     pub fn size(&self) -> usize {
+        let body = match &self.body {
+            Body::File { blocks, .. } => blocks.capacity() * std::mem::size_of::<BlockAt>(),
+            Body::Memory { bytes, .. } => *bytes,
+        };
         self.fences.capacity()
             + self.fence_ends.capacity() * 4
-            + self.blocks.capacity() * std::mem::size_of::<BlockAt>()
-            + self.bloom.size()
+            + body
+            + self.bloom.as_ref().map_or(0, Bloom::size)
     }
 }
 

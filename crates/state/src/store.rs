@@ -16,10 +16,18 @@
 //! [`StateStore::drop_table`] forgets a table whose state is gone; its files
 //! leave with the checkpoints that name them.
 //!
-//! Crash safety: a run is only named in a manifest after its files and
-//! the directory are synced, and nothing is ever written into a file a
-//! manifest names; files written after the last checkpoint (a spill, a
-//! compaction) are unreferenced after a crash and deleted later.
+//! A write sorts its rows and serves them from memory at once; the
+//! store's writer thread ([`crate::writer`]) writes and syncs the run's
+//! files, and the store swaps in the opened files when they are done.
+//! [`StateStore::checkpoint`] therefore does not wait on the disk: it names
+//! the runs and hands back a [`Durability`] to wait on before the
+//! checkpoint that names them is made current.
+//!
+//! Crash safety: a run is only named in a current checkpoint after its
+//! files and the directory are synced ([`Durability::wait`]), and nothing
+//! is ever written into a file a manifest names; files written after the
+//! last checkpoint (a spill, a compaction) are unreferenced after a crash
+//! and deleted later.
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -38,7 +46,8 @@ use crate::cache::BlockCache;
 use crate::compact::{self, Job};
 use crate::error::{Result, StateError};
 use crate::merge::{Expiry, Merge, Merged};
-use crate::run::{Block, Run, RunFile, RunWriter, file_names};
+use crate::run::{Block, Run, file_names};
+use crate::writer::{Durability, WriteJob, Writer};
 
 /// The current runs of every table, newest first: what a checkpoint refers to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,8 +124,8 @@ pub struct StateStore {
     /// Run names are this prefix, then a counter: unique per opening.
     prefix: String,
     next_seq: u64,
-    /// Runs written since the last checkpoint, not yet synced.
-    unsynced: Vec<RunFile>,
+    /// Writes runs' files in the background; started by the first write.
+    writer: Option<Writer>,
     job: Option<Job>,
     compaction: bool,
     stats: StoreStats,
@@ -211,7 +220,7 @@ impl StateStore {
             next_run_id: 0,
             prefix: unique_prefix(),
             next_seq: 0,
-            unsynced: Vec::new(),
+            writer: None,
             job: None,
             compaction: options.compaction,
             stats: StoreStats::default(),
@@ -306,10 +315,9 @@ impl StateStore {
         for r in &runs {
             self.cache.forget_run(r.id);
         }
-        self.unsynced
-            .retain(|f| runs.iter().all(|r| r.name != f.name));
         if self._temporary.is_some() {
-            for r in &runs {
+            // A run still being written goes when its write finishes.
+            for r in runs.iter().filter(|r| r.is_written()) {
                 self.delete_run_files(&r.name);
             }
         }
@@ -329,6 +337,8 @@ impl StateStore {
     /// names must be declared). Tables it does not name become empty.
     pub fn restore(&mut self, manifest: &StoreManifest) -> Result<()> {
         self.job = None;
+        // The runs being written belong to the state left behind.
+        self.poll_writes(true)?;
         for t in &mut self.tables {
             for r in t.runs.drain(..) {
                 self.cache.forget_run(r.id);
@@ -419,23 +429,71 @@ impl StateStore {
                 .map(|&r| Some(deleted.is_some_and(|d| d[r as usize]))),
         );
         let name = self.next_name();
-        let mut writer =
-            RunWriter::create(&self.dir, &name, &self.tables[table.0].values, idx.len())?;
-        writer.push(sorted_keys, &tombstones, &sorted_values)?;
-        let Some(file) = writer.finish()? else {
-            return Ok(0);
-        };
-        let bytes = file.bytes;
-        self.stats.runs_written += 1;
-        self.stats.bytes_written += bytes;
         let id = self.next_run_id;
         self.next_run_id += 1;
-        let run = Run::open(&self.dir, &file.name, id, &self.tables[table.0].values)?;
-        self.keep_unsynced(file);
+        let run = Run::in_memory(&name, id, sorted_keys, &tombstones, &sorted_values);
+        let held = run.size();
         self.tables[table.0].runs.insert(0, Arc::new(run));
-        debug!(table = %self.tables[table.0].name, rows = idx.len(), bytes, "state run written");
+        self.writer()?.submit(WriteJob {
+            name,
+            keys: sorted_keys.clone(),
+            deleted: tombstones,
+            values: sorted_values,
+            held,
+        })?;
+        debug!(table = %self.tables[table.0].name, rows = idx.len(), bytes = held, "state run queued");
         self.poll_compaction(false)?;
-        Ok(bytes)
+        Ok(held as u64)
+    }
+
+    fn writer(&mut self) -> Result<&mut Writer> {
+        if self.writer.is_none() {
+            self.writer = Some(Writer::start(&self.dir, self._temporary.is_none())?);
+        }
+        Ok(self.writer.as_mut().expect("just started"))
+    }
+
+    /// Waits until every run queued is written, and serves it from its files.
+    pub fn finish_writes(&mut self) -> Result<()> {
+        self.poll_writes(true)
+    }
+
+    /// Swaps in the files of runs whose writes finished (waiting for every
+    /// write queued when `all`).
+    fn poll_writes(&mut self, all: bool) -> Result<()> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        for done in writer.finished(all)? {
+            self.stats.runs_written += 1;
+            self.stats.bytes_written += done.file.bytes;
+            let owner = self
+                .tables
+                .iter()
+                .position(|t| !t.name.is_empty() && t.runs.iter().any(|r| r.name == done.name));
+            let Some(t) = owner else {
+                // Its table was dropped or restored over while it was written.
+                if self._temporary.is_some() {
+                    self.delete_run_files(&done.name);
+                }
+                continue;
+            };
+            let id = self.next_run_id;
+            self.next_run_id += 1;
+            let run = Arc::new(Run::open(
+                &self.dir,
+                &done.name,
+                id,
+                &self.tables[t].values,
+            )?);
+            let at = self.tables[t]
+                .runs
+                .iter()
+                .position(|r| r.name == done.name)
+                .expect("found above");
+            self.tables[t].runs[at] = run;
+        }
+        Ok(())
     }
 
     fn next_name(&mut self) -> String {
@@ -468,6 +526,7 @@ impl StateStore {
     /// The current values of `keys` in `table`; deleted and absent keys are
     /// not found.
     pub fn get(&mut self, table: TableId, keys: &[&[u8]]) -> Result<Lookup> {
+        self.poll_writes(false)?;
         let values = Arc::clone(&self.tables[table.0].values);
         if keys.is_empty() || self.tables[table.0].runs.is_empty() {
             return Ok(Lookup {
@@ -538,6 +597,9 @@ impl StateStore {
     }
 
     fn block(&mut self, run: &Arc<Run>, b: usize) -> Result<Arc<Block>> {
+        if !run.is_written() {
+            return Ok(Arc::new(run.read_block(b)?));
+        }
         let key = (run.id, b as u32);
         if let Some(block) = self.cache.get(key) {
             return Ok(block);
@@ -560,18 +622,25 @@ impl StateStore {
         )?))
     }
 
-    /// Makes every run written so far durable and returns the current runs
-    /// of every table. Installs a finished compaction first.
-    pub fn checkpoint(&mut self) -> Result<StoreManifest> {
+    /// Writes queued so far: pass it to [`Self::checkpoint`] to learn what
+    /// the checkpoint's own writes (those after it) cost.
+    pub fn writes_queued(&self) -> u64 {
+        self.writer.as_ref().map_or(0, Writer::submitted)
+    }
+
+    /// The current runs of every table, and what to wait on before a
+    /// checkpoint naming them is made current: every run written so far on
+    /// disk and synced. Installs a finished compaction first. `since`: the
+    /// [`Self::writes_queued`] before the checkpoint's own writes.
+    pub fn checkpoint(&mut self, since: u64) -> Result<(StoreManifest, Durability)> {
         self.poll_compaction(false)?;
-        if !self.unsynced.is_empty() {
-            for f in &self.unsynced {
-                f.sync(&self.dir)?;
-            }
-            sync_dir(&self.dir)?;
-            self.unsynced.clear();
-        }
-        Ok(self.manifest())
+        self.poll_writes(false)?;
+        let durable = self._temporary.is_none();
+        let durability = match &self.writer {
+            Some(w) => w.durability(&self.dir, since),
+            None => Durability::runs_done(durable.then_some(self.dir.as_path())),
+        };
+        Ok((self.manifest(), durability))
     }
 
     /// The current runs of every table (durable or not).
@@ -621,9 +690,10 @@ impl StateStore {
         Ok(())
     }
 
-    /// Installs a finished compaction (waiting for it if `wait`), then
-    /// starts the next one if a table needs it.
+    /// Installs finished writes and a finished compaction (waiting for
+    /// both if `wait`), then starts the next compaction if a table needs it.
     pub fn poll_compaction(&mut self, wait: bool) -> Result<()> {
+        self.poll_writes(wait)?;
         if self.job.as_ref().is_some_and(|j| wait || j.is_finished()) {
             let done = self.job.take().expect("checked").join()?;
             self.install(done)?;
@@ -657,9 +727,12 @@ impl StateStore {
                 self.stats.compaction_bytes += file.bytes;
                 let id = self.next_run_id;
                 self.next_run_id += 1;
-                let run = Arc::new(Run::open(&self.dir, &file.name, id, &table.values)?);
-                self.keep_unsynced(file);
-                Some(run)
+                Some(Arc::new(Run::open(
+                    &self.dir,
+                    &file.name,
+                    id,
+                    &table.values,
+                )?))
             }
             None => None,
         };
@@ -676,24 +749,18 @@ impl StateStore {
         Ok(())
     }
 
-    /// Notes a run the next checkpoint must sync; a temporary store has no
-    /// checkpoints, so its runs are never synced (and their handles close).
-    fn keep_unsynced(&mut self, file: RunFile) {
-        if self._temporary.is_none() {
-            self.unsynced.push(file);
-        }
-    }
-
     fn maybe_compact(&mut self) -> Result<()> {
         if !self.compaction || self.job.is_some() {
             return Ok(());
         }
         for (i, t) in self.tables.iter().enumerate() {
-            let sizes: Vec<u64> = t.runs.iter().map(|r| r.bytes).collect();
+            // Runs still being written (the newest) wait for their files.
+            let unwritten = t.runs.iter().take_while(|r| !r.is_written()).count();
+            let sizes: Vec<u64> = t.runs[unwritten..].iter().map(|r| r.bytes).collect();
             if let Some(span) = compact::pick(&sizes) {
+                let span = span.start + unwritten..span.end + unwritten;
                 let bottom = span.end == t.runs.len();
                 let runs = t.runs[span].to_vec();
-                let values = Arc::clone(&t.values);
                 let expiry = t.expiry;
                 let output = format!("{}-{:06}", self.prefix, self.next_seq);
                 self.next_seq += 1;
@@ -703,8 +770,8 @@ impl StateStore {
                     runs,
                     bottom,
                     expiry,
-                    values,
                     output,
+                    self._temporary.is_none(),
                 )?);
                 return Ok(());
             }
@@ -743,6 +810,15 @@ impl StateStore {
     }
 }
 
+impl Drop for StateStore {
+    /// Stops compaction and finishes the queued writes before the
+    /// directory (a temporary one) goes.
+    fn drop(&mut self) {
+        self.job.take();
+        self.writer.take();
+    }
+}
+
 /// Rows of a table in key order ([`StateStore::scan`]).
 pub struct Scan(Merge);
 
@@ -768,12 +844,6 @@ fn has_dictionary(t: &DataType) -> bool {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(StateError::io("sync", dir))
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -782,6 +852,13 @@ mod tests {
     use arrow::datatypes::{Field, Int64Type, Schema};
 
     use super::*;
+
+    /// Checkpoints and waits for the runs to be durable.
+    fn checkpoint(store: &mut StateStore) -> StoreManifest {
+        let (manifest, durability) = store.checkpoint(0).unwrap();
+        durability.wait().unwrap();
+        manifest
+    }
 
     /// xorshift64*: a deterministic stream of test values.
     struct Rng(u64);
@@ -819,12 +896,25 @@ mod tests {
         n: usize,
         space: u64,
     ) {
+        write_random_from(store, t, model, rng, (n, space), 0);
+    }
+
+    /// As [`write_random`], values from `base` up (a key's expiry time
+    /// only grows when every write starts above the last one's values).
+    fn write_random_from(
+        store: &mut StateStore,
+        t: TableId,
+        model: &mut Model,
+        rng: &mut Rng,
+        (n, space): (usize, u64),
+        base: i64,
+    ) {
         let mut keys = Vec::new();
         let mut vals = Vec::new();
         let mut dels = Vec::new();
         for _ in 0..n {
             let k = key(rng.below(space));
-            let v = rng.below(1_000_000) as i64;
+            let v = base + rng.below(1_000_000) as i64;
             let del = rng.below(10) == 0;
             if del {
                 model.remove(&k);
@@ -903,7 +993,7 @@ mod tests {
             let probes: Vec<u64> = (0..200).map(|_| rng.below(6000)).collect();
             check_get(&mut store, t, &model, &probes);
             if round % 5 == 4 {
-                let m = store.checkpoint().unwrap();
+                let m = checkpoint(&mut store);
                 manifests.push((m, model.clone()));
             }
         }
@@ -919,7 +1009,7 @@ mod tests {
         check_get(&mut store, t, &model, &all);
 
         // Keep the last two checkpoints; every other file goes.
-        let last = store.checkpoint().unwrap();
+        let last = checkpoint(&mut store);
         manifests.push((last, model.clone()));
         let kept = &manifests[manifests.len() - 2..];
         let pinned: BTreeSet<String> = kept
@@ -952,12 +1042,14 @@ mod tests {
         let t = store.table("t", schema()).unwrap();
         let mut model = Model::new();
         let mut rng = Rng(11);
-        for _ in 0..8 {
-            write_random(&mut store, t, &mut model, &mut rng, 2000, 3000);
+        // A key's time only grows, as an operator's latest event time does.
+        for round in 0..8 {
+            let base = round * 1_000_000;
+            write_random_from(&mut store, t, &mut model, &mut rng, (2000, 3000), base);
         }
         // Column 0 ("v") is the time rows expire by.
-        store.set_expiry(t, 0, 400_000).unwrap();
-        model.retain(|_, v| *v > 400_000);
+        store.set_expiry(t, 0, 6_400_000).unwrap();
+        model.retain(|_, v| *v > 6_400_000);
         let all: Vec<u64> = (0..3000).collect();
         check_get(&mut store, t, &model, &all);
         check_scan(&mut store, t, &model);
@@ -975,6 +1067,42 @@ mod tests {
     }
 
     #[test]
+    fn runs_are_served_from_memory_until_written_and_a_failed_write_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
+        let t = store.table("t", schema()).unwrap();
+        let mut model = Model::new();
+        let mut rng = Rng(5);
+        write_random(&mut store, t, &mut model, &mut rng, 500, 1000);
+        // Found at once, whether or not the writer got to it yet.
+        let all: Vec<u64> = (0..1000).collect();
+        check_get(&mut store, t, &model, &all);
+        let (manifest, durability) = store.checkpoint(0).unwrap();
+        assert!(
+            durability.wait().unwrap() > 0,
+            "the checkpoint's run has bytes"
+        );
+        let run = manifest.tables["t"][0].clone();
+        for f in file_names(&run) {
+            assert!(dir.path().join(f).exists(), "{run} is on disk once durable");
+        }
+        check_get(&mut store, t, &model, &all);
+
+        // The directory goes: the next write fails on the writer thread, and
+        // the store says so (with the file) at its next call and to the
+        // checkpoint waiting on it.
+        let path = dir.path().to_path_buf();
+        std::fs::remove_dir_all(&path).unwrap();
+        let since = store.writes_queued();
+        write_random(&mut store, t, &mut model, &mut rng, 500, 1000);
+        let (_, durability) = store.checkpoint(since).unwrap();
+        let e = durability.wait().unwrap_err().to_string();
+        assert!(e.contains("cannot create"), "{e}");
+        let e = store.get(t, &[b"x".as_slice()]).unwrap_err().to_string();
+        assert!(e.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
     fn a_directory_serves_one_store_and_bad_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
@@ -985,7 +1113,7 @@ mod tests {
         let t = store.table("t", schema()).unwrap();
         let mut model = Model::new();
         write_random(&mut store, t, &mut model, &mut Rng(7), 100, 50);
-        let m = store.checkpoint().unwrap();
+        let m = checkpoint(&mut store);
         drop(store);
 
         let run = m.runs().next().unwrap().to_string();
@@ -1003,7 +1131,7 @@ mod tests {
         let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
         let t = store.table("t", schema()).unwrap();
         write_random(&mut store, t, &mut Model::new(), &mut Rng(9), 10, 50);
-        let m = store.checkpoint().unwrap();
+        let m = checkpoint(&mut store);
         drop(store);
         let mut store = StateStore::open(dir.path(), StoreOptions::default()).unwrap();
         let other = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
@@ -1044,7 +1172,7 @@ mod tests {
             write_random(&mut store, a, &mut model_a, &mut rng, 200, 300);
             write_random(&mut store, b, &mut model_b, &mut rng, 200, 300);
         }
-        let first = store.checkpoint().unwrap();
+        let first = checkpoint(&mut store);
         store.drop_table(a).unwrap();
         // The slot is reused by the next table: ids of dropped tables are dead.
         let c = store.table("window/3", schema()).unwrap();
@@ -1052,7 +1180,7 @@ mod tests {
         assert!(!store.has_rows(c));
         write_random(&mut store, c, &mut Model::new(), &mut rng, 50, 300);
         store.poll_compaction(true).unwrap();
-        let second = store.checkpoint().unwrap();
+        let second = checkpoint(&mut store);
         assert!(!second.tables.contains_key("window/1"), "{second:?}");
         assert!(second.tables.contains_key("window/2") && second.tables.contains_key("window/3"));
         // The first checkpoint is still kept: its runs stay until unpinned.
@@ -1094,6 +1222,7 @@ mod tests {
         for _ in 0..5 {
             write_random(&mut temp, t, &mut Model::new(), &mut rng, 100, 300);
         }
+        temp.poll_compaction(true).unwrap();
         assert!(run_files(temp.dir()) > 0);
         temp.drop_table(t).unwrap();
         temp.poll_compaction(true).unwrap();

@@ -6,11 +6,16 @@ use ubik_engine::progress::partition_id;
 use ubik_engine::ubik_state::{StateStore, StoreOptions};
 use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
 
-/// Bytes the query's store has written so far.
+/// Bytes the query's store has written so far (its queued runs written first).
 pub fn store_bytes(query: &Query) -> u64 {
     query
         .store()
-        .and_then(|s| s.if_open(|s| s.stats().bytes_written))
+        .and_then(|s| {
+            s.if_open(|s| {
+                s.finish_writes().expect("the store writes its runs");
+                s.stats().bytes_written
+            })
+        })
         .unwrap_or(0)
 }
 
