@@ -49,6 +49,8 @@ pub(crate) struct Frozen {
 pub(crate) struct Completed {
     pub manifest: Manifest,
     pub state_bytes: usize,
+    /// When it became current (the pipeline may look later).
+    pub at: Instant,
 }
 
 type Outcome = (CheckpointStore, Result<Completed>);
@@ -168,5 +170,6 @@ fn complete(store: &mut CheckpointStore, frozen: Frozen) -> Result<Completed> {
     Ok(Completed {
         manifest,
         state_bytes: engine_state.len(),
+        at: Instant::now(),
     })
 }

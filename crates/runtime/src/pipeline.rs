@@ -1374,7 +1374,7 @@ impl Pipeline {
         let m = &done.manifest;
         self.stats.checkpoints += 1;
         self.stats.last_checkpoint_at = Some(SystemTime::now());
-        self.stats.last_checkpoint_ms = started.elapsed().as_secs_f64() * 1000.0;
+        self.stats.last_checkpoint_ms = (done.at - started).as_secs_f64() * 1000.0;
         self.stats.last_checkpoint_pause_ms = pause_ms;
         self.stats.state_bytes = m.state_bytes;
         self.stats.state_keys = m.state_keys;
