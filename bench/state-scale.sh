@@ -3,13 +3,17 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint tick budget skew ranks regroup windows joins sessions"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint held tick budget skew ranks regroup windows joins sessions"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
 # checkpoint  bytes written and milliseconds per checkpoint when 1% of the keys changed since the
 #             previous one, for CKPT_KEYS (default "1000000 5000000"): load 3 events per key,
 #             checkpoint, then resume and checkpoint every keys/100 events, 5 times
+# held        rows held for the watermark: a 1-minute emit interval (the rows of a minute wait for
+#             their emit) with a checkpoint every 5 s of event time, HELD_EVENTS (default 4 M)
+#             events over HELD_KEYS (default 100 000) keys at 20 000 events per second: wall, peak
+#             RSS, bytes and ms per checkpoint against the build before, the same changelog bytes
 # tick        one emit tick per 100 events (rate=100) against one per 100 000, TICK_KEYS
 #             (default 5 M) keys, TICK_EVENTS (default 10 M)
 # budget      BUDGET_EVENTS (default 60 M) events over BUDGET_KEYS (default 30 M) keys with
@@ -42,7 +46,7 @@
 #             checkpoint against the build before, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint tick budget skew ranks regroup windows joins sessions"}
+SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins sessions"}
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -60,11 +64,13 @@ run() {
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$bin" "${query[@]}" -q "$@" > "$out"
   awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time"
 }
-# checkpoint_medians LOG [FIRST]: "bytes ms pause_ms", the medians over the debug log's
+# checkpoint_medians LOG [FIRST]: "bytes ms pause_ms freeze_ms", the medians over the debug log's
 # "checkpoint written" lines (its first FIRST only, when given): bytes written, ms until the
-# checkpoint was current, ms it held the pipeline. Builds before the state store log only the
-# checkpoint's bytes (the whole state), later ones the bytes it wrote; builds before checkpoints
-# completed in the background held the pipeline for the whole checkpoint.
+# checkpoint was current, ms it held the pipeline, and of those the freeze's (the rest waited
+# for the previous checkpoint). Builds before the state store log only the checkpoint's bytes
+# (the whole state), later ones the bytes it wrote; builds before checkpoints completed in the
+# background held the pipeline for the whole checkpoint (builds before 2026-12-06 do not log the
+# freeze: "-").
 checkpoint_medians() {
   "$PY" - "$1" "${2:-0}" <<'PY'
 import re, statistics, sys
@@ -75,7 +81,9 @@ fields = fields[:first] if first else fields
 written = statistics.median(int(f.get("written", f["bytes"])) for f in fields)
 ms = statistics.median(float(f["ms"]) for f in fields)
 pause = statistics.median(float(f.get("pause_ms", f["ms"])) for f in fields)
-print(f"{written:.0f} {ms:.0f} {pause:.1f}")
+freeze = (f"{statistics.median(float(f['freeze_ms']) for f in fields):.1f}"
+          if all("freeze_ms" in f for f in fields) else "-")
+print(f"{written:.0f} {ms:.0f} {pause:.1f} {freeze}")
 PY
 }
 builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
@@ -118,8 +126,8 @@ PY
     ;;
   checkpoint)
     echo "== checkpoint cost when 1% of the keys changed"
-    echo "| keys | build | state on disk | written per checkpoint (median of 5) | ms until current | ms the pipeline waited |"
-    echo "|---|---|---|---|---|---|"
+    echo "| keys | build | state on disk | written per checkpoint (median of 5) | ms until current | ms the pipeline waited | of which the freeze |"
+    echo "|---|---|---|---|---|---|---|"
     for K in ${CKPT_KEYS:-1000000 5000000}; do
       for build in $(builds); do
         bin=$(bin_of "$build")
@@ -142,9 +150,9 @@ PY
           --checkpoint "$WORK/ck" --checkpoint-every "$STEP" --batch-size "$STEP" --checkpoint-interval 1h --emit-interval 10ms --lateness 0s \
           2> "$WORK/ck.log" > /dev/null
         # The first 5: the checkpoint at the end of input changed nothing more.
-        read -r w ms pause < <(checkpoint_medians "$WORK/ck.log" 5)
-        awk -v k="$K" -v b="$build" -v d="$(du -sb "$WORK/ck" | cut -f1)" -v w="$w" -v ms="$ms" -v p="$pause" \
-          'BEGIN { printf "| %d | %s | %.0f MB | %.1f MB | %d | %.1f |\n", k, b, d / 1e6, w / 1e6, ms, p }'
+        read -r w ms pause freeze < <(checkpoint_medians "$WORK/ck.log" 5)
+        awk -v k="$K" -v b="$build" -v d="$(du -sb "$WORK/ck" | cut -f1)" -v w="$w" -v ms="$ms" -v p="$pause" -v f="$freeze" \
+          'BEGIN { printf "| %d | %s | %.0f MB | %.1f MB | %d | %.1f | %s |\n", k, b, d / 1e6, w / 1e6, ms, p, f }'
       done
     done
     ;;
@@ -223,6 +231,25 @@ PY
     echo "| q20 | after, --state-memory $B | ${s}s | ${rss} MB | | |"
     cmp "$WORK/q20-after.jsonl" "$WORK/q20-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q20-spill.jsonl") records)"
+    ;;
+  held)
+    N=${HELD_EVENTS:-4000000}
+    K=${HELD_KEYS:-100000}
+    STEP=$((N / 40))
+    echo "== rows held for a 1-minute emit interval, a checkpoint every $STEP events (5 s of event time); $N events, $K keys"
+    echo "| build | wall | peak RSS | written per checkpoint (median) | ms until current | ms the pipeline waited |"
+    echo "|---|---|---|---|---|---|"
+    for build in $(builds); do
+      rm -rf "$WORK/hck"
+      read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug run "$(bin_of "$build")" "$WORK/held-$build.jsonl" \
+        --from "$(demo "$N" "$K" 20000)" --checkpoint "$WORK/hck" --checkpoint-every "$STEP" \
+        --checkpoint-interval 1h --emit-interval 1m 2> "$WORK/hck-$build.log")
+      read -r w ms pause _ < <(checkpoint_medians "$WORK/hck-$build.log")
+      awk -v b="$build" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" -v p="$pause" \
+        'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d | %.1f |\n", b, s, rss, w / 1e6, ms, p }'
+    done
+    [[ -f $WORK/held-before.jsonl ]] && cmp "$WORK/held-before.jsonl" "$WORK/held-after.jsonl"
+    echo "the same changelog bytes ($(wc -l < "$WORK/held-after.jsonl") records)"
     ;;
   sessions)
     N=${SESSION_EVENTS:-10000000}

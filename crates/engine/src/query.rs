@@ -24,6 +24,7 @@ use crate::operator::{ChangeBatch, Operator, Output, Reject, RejectReason, Stamp
 use crate::plan::{EventTime, PassthroughPlan, QueryKind, QueryPlan, WindowSpec};
 use crate::progress::{PartitionProgress, Progress, source_of};
 use crate::state::keyed::Evicted;
+use crate::state::store::HELD_ROWS_LIMIT;
 use crate::state::{SharedStore, StateEntry};
 use crate::time::{MAX_TIME, MIN_TIME, to_micros};
 use ubik_state::Durability;
@@ -78,7 +79,11 @@ impl Query {
     /// A query whose state may leave memory as `state` says.
     pub fn with_state(plan: QueryPlan, state: StateOptions) -> Result<Self> {
         let plan = Arc::new(plan);
-        let store = state.store.as_ref();
+        let limit = state
+            .memory
+            .map_or(HELD_ROWS_LIMIT, |m| (m / 8).min(HELD_ROWS_LIMIT));
+        let store = state.store.clone().map(|s| s.with_held_rows_limit(limit));
+        let store = store.as_ref();
         let operator: Option<Box<dyn Operator>> = match &plan.kind {
             QueryKind::Passthrough(_) => None,
             QueryKind::Aggregate(a) => {

@@ -52,7 +52,19 @@ use crate::source::SourceContext;
 
 /// Bytes per chunk record: under the broker's default `message.max.bytes` (1 MB).
 const CHUNK: usize = 512 * 1024;
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a save waits for the broker: as long as librdkafka retries a
+/// record (`message.timeout.ms`, 2 minutes unless set), and a little more
+/// for its report. A broker that stalls (under load, or restarting) delays
+/// the checkpoint, which completes in the background, instead of stopping
+/// the task.
+fn flush_timeout(properties: &BTreeMap<String, String>) -> Duration {
+    let ms = properties
+        .get("message.timeout.ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120_000);
+    Duration::from_millis(ms) + Duration::from_secs(5)
+}
 
 /// One task's checkpoints on a state topic.
 pub struct StateTopic {
@@ -63,6 +75,7 @@ pub struct StateTopic {
     writer: String,
     producer: UbikProducer,
     errors: DeliveryErrors,
+    flush_timeout: Duration,
     /// Chunk keys to delete once the next manifest is durable: the last
     /// saved checkpoint's own files, and what a load found of other writers.
     chunks: Vec<String>,
@@ -129,6 +142,7 @@ impl StateTopic {
             writer: writer_id(),
             producer,
             errors,
+            flush_timeout: flush_timeout(properties),
             chunks: Vec::new(),
             shared: BTreeMap::new(),
         })
@@ -193,7 +207,7 @@ impl StateTopic {
     }
 
     fn flush(&self) -> Result<(), Error> {
-        flush(&self.producer, FLUSH_TIMEOUT)
+        flush(&self.producer, self.flush_timeout)
             .map_err(|e| Error::Transient(format!("saving state to {}: {e}", self.url.topic)))?;
         match self.errors.take_error() {
             None => Ok(()),

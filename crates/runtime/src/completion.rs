@@ -62,6 +62,8 @@ pub(crate) struct InFlight {
     /// How long the pipeline's thread was held: waiting for the previous
     /// checkpoint to complete, then the freeze.
     pub pause_ms: f64,
+    /// The freeze's part of the pause.
+    pub freeze_ms: f64,
     /// The source positions it records.
     pub position: serde_json::Value,
 }
@@ -82,7 +84,8 @@ impl InFlight {
         waited: std::time::Duration,
     ) -> Self {
         let position = frozen.manifest.source.clone();
-        let pause_ms = (started.elapsed() + waited).as_secs_f64() * 1e3;
+        let freeze_ms = started.elapsed().as_secs_f64() * 1e3;
+        let pause_ms = freeze_ms + waited.as_secs_f64() * 1e3;
         // The store comes back even if no thread starts (the closure that
         // owns it is then dropped unrun).
         let slot = Arc::new(Mutex::new(Some(store)));
@@ -107,6 +110,7 @@ impl InFlight {
             work,
             started,
             pause_ms,
+            freeze_ms,
             position,
         }
     }

@@ -1356,7 +1356,7 @@ impl Pipeline {
         let Some(flight) = self.in_flight.take() else {
             return Ok(());
         };
-        let (started, pause_ms) = (flight.started, flight.pause_ms);
+        let (started, pause_ms, freeze_ms) = (flight.started, flight.pause_ms, flight.freeze_ms);
         let position = flight.position.clone();
         let (store, result) = flight.join();
         self.store = Some(store);
@@ -1385,6 +1385,7 @@ impl Pipeline {
             written = m.bytes_written,
             ms = self.stats.last_checkpoint_ms,
             pause_ms,
+            freeze_ms,
             "checkpoint written"
         );
         Ok(())

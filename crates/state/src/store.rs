@@ -391,6 +391,17 @@ impl StateStore {
         if n == 0 {
             return Ok(0);
         }
+        if (1..n).all(|i| keys.value(i - 1) < keys.value(i)) {
+            // In key order already (rows numbered as they came): no sort, no copy.
+            let values = RecordBatch::try_new_with_options(
+                Arc::clone(&self.tables[table.0].values),
+                values.columns().to_vec(),
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )?;
+            let tombstones =
+                BooleanArray::from_iter((0..n).map(|i| Some(deleted.is_some_and(|d| d[i]))));
+            return self.queue_run(table, keys.clone(), tombstones, values);
+        }
         // Sorted by each key's first 16 bytes held inline, the whole keys
         // compared only on a tie: a checkpoint sorts its changed groups on
         // the pipeline's thread, and chasing every key's bytes costs most.
@@ -433,20 +444,33 @@ impl StateStore {
                 .iter()
                 .map(|&r| Some(deleted.is_some_and(|d| d[r as usize]))),
         );
+        self.queue_run(table, sorted_keys.clone(), tombstones, sorted_values)
+    }
+
+    /// Serves rows sorted by key (each key once) as a new run of `table` at
+    /// once, and queues the writing of its files.
+    fn queue_run(
+        &mut self,
+        table: TableId,
+        sorted_keys: BinaryArray,
+        tombstones: BooleanArray,
+        sorted_values: RecordBatch,
+    ) -> Result<u64> {
         let name = self.next_name();
         let id = self.next_run_id;
         self.next_run_id += 1;
-        let run = Run::in_memory(&name, id, sorted_keys, &tombstones, &sorted_values);
+        let run = Run::in_memory(&name, id, &sorted_keys, &tombstones, &sorted_values);
         let held = run.size();
+        let rows = sorted_keys.len();
         self.tables[table.0].runs.insert(0, Arc::new(run));
         self.writer()?.submit(WriteJob {
             name,
-            keys: sorted_keys.clone(),
+            keys: sorted_keys,
             deleted: tombstones,
             values: sorted_values,
             held,
         })?;
-        debug!(table = %self.tables[table.0].name, rows = idx.len(), bytes = held, "state run queued");
+        debug!(table = %self.tables[table.0].name, rows, bytes = held, "state run queued");
         self.poll_compaction(false)?;
         Ok(held as u64)
     }

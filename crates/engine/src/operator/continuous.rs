@@ -120,6 +120,8 @@ impl ContinuousOperator {
             Some((t, _)) => t.signed_schema().clone(),
             None => source_schema,
         };
+        let mut pending = PendingRows::new(queued, "__time");
+        pending.log_to(store, "pending")?;
         Ok(Self {
             grid,
             has_event_time,
@@ -127,7 +129,7 @@ impl ContinuousOperator {
             emitter,
             state,
             store_durable: store.is_some_and(SharedStore::is_durable),
-            pending: PendingRows::new(queued, "__time"),
+            pending,
             changelog,
             global: plan.group_fields.is_empty(),
             ttl: (options.state_ttl_us > 0 && has_event_time).then(|| Ttl {
@@ -377,6 +379,7 @@ impl Operator for ContinuousOperator {
             }
         }
         self.state.store_restored()?;
+        self.pending.store_restored()?;
         if let Some((table, _)) = self.changelog.as_mut() {
             table.store_restored()?;
         }

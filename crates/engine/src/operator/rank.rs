@@ -229,6 +229,7 @@ impl RankOperator {
             self.groups.fields(),
         )?);
         self.store_durable = store.is_durable();
+        self.pending.log_to(Some(store), "pending")?;
         Ok(self)
     }
 
@@ -758,6 +759,7 @@ impl Operator for RankOperator {
                 other => return Err(other.unexpected("top-N")),
             }
         }
+        self.pending.store_restored()?;
         match self.backing.as_mut() {
             Some(b) => b.restored(),
             None => Ok(()),

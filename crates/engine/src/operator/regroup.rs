@@ -98,6 +98,8 @@ impl RegroupOperator {
             inner = inner.with_store(store.clone(), "inner")?;
             outer = outer.with_store(store.clone(), "outer")?;
         }
+        let mut pending = PendingRows::new(source_schema, "__time");
+        pending.log_to(store, "pending")?;
         Ok(Self {
             grid,
             has_event_time,
@@ -109,7 +111,7 @@ impl RegroupOperator {
             outer_emitter,
             outer,
             store_durable: store.is_some_and(SharedStore::is_durable),
-            pending: PendingRows::new(source_schema, "__time"),
+            pending,
             seen: Vec::new(),
         })
     }
@@ -305,6 +307,7 @@ impl Operator for RegroupOperator {
                 other => return Err(other.unexpected("regroup")),
             }
         }
+        self.pending.store_restored()?;
         self.inner.store_restored()?;
         self.outer.store_restored()
     }

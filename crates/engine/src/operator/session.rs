@@ -123,6 +123,7 @@ impl SessionOperator {
         if let Some(store) = store.filter(|s| s.is_durable()) {
             self.log = Some(SessionLog::new(store, &self.snapshot_schema()?)?);
         }
+        self.pending.log_to(store, "pending")?;
         Ok(self)
     }
 
@@ -656,7 +657,7 @@ impl Operator for SessionOperator {
                 other => return Err(other.unexpected("session")),
             }
         }
-        Ok(())
+        self.pending.store_restored()
     }
 
     fn state_size(&self) -> usize {

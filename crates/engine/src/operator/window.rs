@@ -217,6 +217,12 @@ impl WindowOperator {
             let values = KeyedState::snapshot_schema(&plan.group_fields, &plan.aggregates)?;
             store.with(|s| Ok(s.table_family(family, values)?))?;
         }
+        let mut pending = PendingRows::new(source_schema, "__window_start");
+        if let Some((store, family)) = &store {
+            // `join/0/window/` → `join/0/pending`.
+            let path = family.strip_suffix(TABLE_FAMILY).unwrap_or(family);
+            pending.log_to(Some(store), &format!("{path}pending"))?;
+        }
         // Parallel folding needs partial states that merge exactly.
         let threads = if plan.aggregates.iter().all(is_order_independent) {
             options.resolved_threads()
@@ -240,7 +246,7 @@ impl WindowOperator {
             open: BTreeMap::new(),
             partials: (1..threads.max(1)).map(|_| BTreeMap::new()).collect(),
             closed: BTreeMap::new(),
-            pending: PendingRows::new(source_schema, "__window_start"),
+            pending,
         })
     }
 
@@ -516,7 +522,7 @@ impl Operator for WindowOperator {
                 other => return Err(other.unexpected("window")),
             }
         }
-        Ok(())
+        self.pending.store_restored()
     }
 
     fn state_size(&self) -> usize {

@@ -25,7 +25,13 @@ enum Slot {
 pub struct SharedStore {
     slot: Arc<Mutex<Slot>>,
     durable: bool,
+    held_rows_limit: usize,
 }
+
+/// Rows an operator holds for the watermark go to a durable store at a
+/// checkpoint once those not in it yet reach this size (or an eighth of
+/// the memory budget, if smaller); below it a checkpoint holds them whole.
+pub const HELD_ROWS_LIMIT: usize = 64 << 10;
 
 impl std::fmt::Debug for SharedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,6 +47,7 @@ impl SharedStore {
         Self {
             slot: Arc::new(Mutex::new(Slot::Open(Box::new(store)))),
             durable: true,
+            held_rows_limit: HELD_ROWS_LIMIT,
         }
     }
 
@@ -49,6 +56,7 @@ impl SharedStore {
         Self {
             slot: Arc::new(Mutex::new(Slot::Temporary(parent, options))),
             durable: false,
+            held_rows_limit: HELD_ROWS_LIMIT,
         }
     }
 
@@ -56,6 +64,18 @@ impl SharedStore {
     /// than whole in the checkpoint).
     pub fn is_durable(&self) -> bool {
         self.durable
+    }
+
+    /// This handle, with held rows logged from `bytes` on (see
+    /// [`HELD_ROWS_LIMIT`]).
+    pub fn with_held_rows_limit(mut self, bytes: usize) -> Self {
+        self.held_rows_limit = bytes;
+        self
+    }
+
+    /// From what size held rows go to a durable store at a checkpoint.
+    pub fn held_rows_limit(&self) -> usize {
+        self.held_rows_limit
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
