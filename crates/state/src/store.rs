@@ -1132,9 +1132,26 @@ mod tests {
         let path = dir.path().to_path_buf();
         std::fs::remove_dir_all(&path).unwrap();
         let since = store.writes_queued();
-        write_random(&mut store, t, &mut model, &mut rng, 500, 1000);
-        let (_, durability) = store.checkpoint(since).unwrap();
-        let e = durability.wait().unwrap_err().to_string();
+        let keys = BinaryArray::from_iter_values((0..10u64).map(key));
+        let batch = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..10)),
+                Arc::new(StringArray::from_iter_values(
+                    (0..10).map(|v| format!("s{v}")),
+                )),
+            ],
+        )
+        .unwrap();
+        // The write itself reports it if the writer thread failed already
+        // (the write looks at finished writes), else the checkpoint does.
+        let e = match store.write(t, &keys, &batch, None) {
+            Err(e) => e.to_string(),
+            Ok(_) => match store.checkpoint(since) {
+                Err(e) => e.to_string(),
+                Ok((_, durability)) => durability.wait().unwrap_err().to_string(),
+            },
+        };
         assert!(e.contains("cannot create"), "{e}");
         let e = store.get(t, &[b"x".as_slice()]).unwrap_err().to_string();
         assert!(e.contains(&path.display().to_string()), "{e}");
