@@ -5,7 +5,6 @@
 //! for the watermark: a checkpoint writes those that arrived since the
 //! previous one, and a restore reads back the rest.
 
-use arrow::array::RecordBatch;
 use ubik_engine::progress::partition_id;
 use ubik_engine::ubik_state::{StateStore, StoreOptions};
 use ubik_engine::{
@@ -19,7 +18,7 @@ const SQL: &str = "SELECT s.k, s.ts, v.ts AS version_ts, v.expires \
 mod checkpointing;
 mod keyed_rows;
 
-use checkpointing::{run_checkpointing, store_bytes};
+use checkpointing::{printed, run_checkpointing, store_bytes};
 
 use keyed_rows::{rows, schema};
 
@@ -69,13 +68,6 @@ fn new_query(plan: &QueryPlan, store: Option<SharedStore>) -> Query {
         query.add_partition(partition_id(source, 0));
     }
     query
-}
-
-fn printed(out: &Output) -> String {
-    let batches: Vec<RecordBatch> = out.changes.iter().map(|c| c.rows.clone()).collect();
-    arrow::util::pretty::pretty_format_batches(&batches)
-        .unwrap()
-        .to_string()
 }
 
 const ROWS: i64 = 60_000;

@@ -13,7 +13,7 @@ use ubik_engine::{Catalog, Output, Query, QueryOptions, QueryPlan, plan_query};
 
 mod checkpointing;
 
-use checkpointing::run_checkpointing;
+use checkpointing::{printed, run_checkpointing, run_in_memory};
 
 const KEYS: i64 = 500;
 const STEP: i64 = 2000;
@@ -62,36 +62,22 @@ fn plan() -> QueryPlan {
     plan_query(sql, &Catalog::new().with_table("orders", schema()), options).unwrap()
 }
 
-fn printed(out: &Output) -> String {
-    let batches: Vec<RecordBatch> = out.changes.iter().map(|c| c.rows.clone()).collect();
-    arrow::util::pretty::pretty_format_batches(&batches)
-        .unwrap()
-        .to_string()
-}
-
 #[test]
 fn checkpoints_write_the_rows_that_came_and_restores_go_on_the_same() {
     let plan = plan();
-    let mut expected = Output::default();
-    let mut memory = Query::new(plan.clone()).unwrap();
-    memory.add_partition(0);
-    let mut whole = Vec::new();
-    for from in (0..ROWS).step_by(STEP as usize) {
-        memory
-            .process(0, &rows(from, from + STEP), &mut expected)
-            .unwrap();
-        whole.push(memory.snapshot().unwrap().encode().unwrap().len());
-    }
-    memory.finish(&mut expected).unwrap();
-    let expected = printed(&expected);
+    let batches = (ROWS / STEP) as usize;
+    let feed = |query: &mut Query, i: usize, out: &mut Output| {
+        let from = i as i64 * STEP;
+        query.process(0, &rows(from, from + STEP), out).unwrap();
+    };
+    let memory = run_in_memory(&plan, 1, batches, feed);
+    let whole = memory.written;
+    let expected = printed(&memory.out);
     assert!(expected.lines().count() > 1_500, "groups come out");
 
     // A checkpoint after every batch; every 13 batches a new query (a
     // restarted process) restored from it.
-    let run = run_checkpointing(&plan, 1, (ROWS / STEP) as usize, 13, |query, i, out| {
-        let from = i as i64 * STEP;
-        query.process(0, &rows(from, from + STEP), out).unwrap();
-    });
+    let run = run_checkpointing(&plan, 1, batches, 13, feed);
     assert_eq!(printed(&run.out), expected);
     // Up to ten minutes held, 30 batches' rows (the whole state grows
     // from one batch's to thirty's between emits): a checkpoint writes one

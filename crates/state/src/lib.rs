@@ -30,5 +30,7 @@ pub mod store;
 pub mod writer;
 
 pub use error::{Result, StateError};
-pub use store::{Lookup, StateStore, StoreManifest, StoreOptions, StoreStats, TableId};
+pub use store::{
+    Lookup, StateStore, StoreManifest, StoreOptions, StoreStats, TableId, has_dictionary,
+};
 pub use writer::Durability;

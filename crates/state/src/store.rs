@@ -870,7 +870,9 @@ fn prefix(key: &[u8]) -> u128 {
     u128::from_be_bytes(bytes)
 }
 
-fn has_dictionary(t: &DataType) -> bool {
+/// Whether a column of type `t` holds dictionary-encoded values anywhere
+/// (a table refuses such columns: state columns hold plain values).
+pub fn has_dictionary(t: &DataType) -> bool {
     match t {
         DataType::Dictionary(..) => true,
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {

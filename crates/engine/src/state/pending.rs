@@ -28,7 +28,7 @@ use arrow::array::{
     UInt32Array, new_null_array,
 };
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef, UInt32Type};
-use ubik_state::TableId;
+use ubik_state::{TableId, has_dictionary};
 
 use super::entry::StateEntry;
 use super::store::SharedStore;
@@ -231,22 +231,16 @@ impl PendingRows {
                     None => self.max_taken,
                 };
                 let through = log.through.max(gone);
-                let loggable = self
+                let mut fresh: Vec<(i64, &mut Queued)> = self
                     .by_tick
-                    .range(through.saturating_add(1)..)
-                    .flat_map(|(_, parts)| parts)
-                    .filter(|q| !q.logged);
-                let bytes: usize = loggable.map(|q| part_size(&q.part)).sum();
-                let log_now = bytes > 0 && bytes >= log.min_bytes;
-                let fresh: Vec<(i64, &mut Queued)> = match log_now {
-                    true => self
-                        .by_tick
-                        .range_mut(through.saturating_add(1)..)
-                        .flat_map(|(&tick, parts)| parts.iter_mut().map(move |q| (tick, q)))
-                        .filter(|(_, q)| !q.logged)
-                        .collect(),
-                    false => Vec::new(),
-                };
+                    .range_mut(through.saturating_add(1)..)
+                    .flat_map(|(&tick, parts)| parts.iter_mut().map(move |q| (tick, q)))
+                    .filter(|(_, q)| !q.logged)
+                    .collect();
+                let bytes: usize = fresh.iter().map(|(_, q)| part_size(&q.part)).sum();
+                if bytes < log.min_bytes {
+                    fresh.clear();
+                }
                 log.write(fresh, through, self.next_seq)?
             }
             None => 0,
@@ -352,17 +346,19 @@ impl PendingLog {
         // In arrival order, the markers last: the keys come sorted (rows
         // deleted were logged before any row logged now), and the store
         // takes them as they are.
+        let moved = through > self.through && !taken.is_empty();
+        // Rows of points up to `through` expire; the others are deleted.
+        taken.retain(|t| t.2 > through);
         taken.sort_unstable_by_key(|t| t.0);
         fresh.sort_unstable_by_key(|(_, q)| q.seq);
-        let deleted: usize = taken.iter().filter(|t| t.2 > through).map(|t| t.1).sum();
-        let moved = through > self.through && !taken.is_empty();
+        let deleted: usize = taken.iter().map(|t| t.1).sum();
         if fresh.is_empty() && deleted == 0 && !moved {
             return Ok(0);
         }
         let added: usize = fresh.iter().map(|(_, q)| q.part.values.len()).sum();
         let rows = deleted + added + 2;
         let mut keys = Vec::with_capacity(rows);
-        for &(first, n, _) in taken.iter().filter(|t| t.2 > through) {
+        for &(first, n, _) in &taken {
             keys.extend((first..first + n as u64).map(u64::to_be_bytes));
         }
         let (mut partitions, mut values, mut ticks) = (Vec::new(), Vec::new(), Vec::new());
@@ -525,18 +521,6 @@ impl PendingLog {
 /// `n` nulls (the deletions' slots in a logged column).
 fn pad<T>(n: usize) -> impl Iterator<Item = Option<T>> {
     std::iter::repeat_with(|| None).take(n)
-}
-
-fn has_dictionary(t: &DataType) -> bool {
-    match t {
-        DataType::Dictionary(..) => true,
-        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            has_dictionary(f.data_type())
-        }
-        DataType::Struct(fields) => fields.iter().any(|f| has_dictionary(f.data_type())),
-        DataType::Map(f, _) => has_dictionary(f.data_type()),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

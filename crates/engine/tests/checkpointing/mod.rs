@@ -2,6 +2,7 @@
 //! batch, restarted from its latest checkpoint every few batches, as a
 //! process killed right after a checkpoint would be.
 
+use arrow::array::RecordBatch;
 use ubik_engine::progress::partition_id;
 use ubik_engine::ubik_state::{StateStore, StoreOptions};
 use ubik_engine::{Output, Query, QueryPlan, QuerySnapshot, SharedStore, StateOptions};
@@ -19,12 +20,43 @@ pub fn store_bytes(query: &Query) -> u64 {
         .unwrap_or(0)
 }
 
-/// What [`run_checkpointing`] saw.
+/// The changelog `out` holds, printed as a table (to compare runs).
+pub fn printed(out: &Output) -> String {
+    let batches: Vec<RecordBatch> = out.changes.iter().map(|c| c.rows.clone()).collect();
+    arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string()
+}
+
+/// What [`run_checkpointing`] (or [`run_in_memory`]) saw.
 pub struct Checkpointed {
     pub out: Output,
     /// Per batch, the bytes its checkpoint wrote: the snapshot and what it
-    /// added to the store.
+    /// added to the store (in memory: the whole state's snapshot).
     pub written: Vec<usize>,
+}
+
+/// [`run_checkpointing`]'s reference: one uninterrupted query with its
+/// state in memory, its whole state snapshotted after each batch.
+#[allow(dead_code)] // Not every test binary compares against it.
+pub fn run_in_memory(
+    plan: &QueryPlan,
+    sources: usize,
+    batches: usize,
+    mut feed: impl FnMut(&mut Query, usize, &mut Output),
+) -> Checkpointed {
+    let mut query = Query::new(plan.clone()).unwrap();
+    for source in 0..sources {
+        query.add_partition(partition_id(source, 0));
+    }
+    let mut out = Output::default();
+    let mut written = Vec::new();
+    for i in 0..batches {
+        feed(&mut query, i, &mut out);
+        written.push(query.snapshot().unwrap().encode().unwrap().len());
+    }
+    query.finish(&mut out).unwrap();
+    Checkpointed { out, written }
 }
 
 /// Runs `plan` (reading partition 0 of each of its `sources`) over
