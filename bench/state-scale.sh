@@ -16,6 +16,11 @@
 #             RSS, bytes and ms per checkpoint against the build before, the same changelog bytes
 # tick        one emit tick per 100 events (rate=100) against one per 100 000, TICK_KEYS
 #             (default 5 M) keys, TICK_EVENTS (default 10 M)
+# large       (named only, not run by default) LARGE_EVENTS (default 200 M) events over LARGE_KEYS
+#             (default 100 M) keys, about three times this machine's memory if held in memory,
+#             under --state-memory LARGE_BUDGET (default 2GiB): wall, events/s, peak RSS; the
+#             changelog of one key in 10 000 against DuckDB; then a resume reading 100 000 more
+#             events: how long a restore of that state takes before it processes
 # budget      BUDGET_EVENTS (default 60 M) events over BUDGET_KEYS (default 30 M) keys with
 #             --state-memory BUDGET (default 1GiB): wall time and peak RSS, against the build
 #             before (which holds everything in memory) and this build without a budget
@@ -86,21 +91,10 @@ freeze = (f"{statistics.median(float(f['freeze_ms']) for f in fields):.1f}"
 print(f"{written:.0f} {ms:.0f} {pause:.1f} {freeze}")
 PY
 }
-builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
-bin_of() { if [[ $1 == before ]]; then echo "$BEFORE"; else echo "$UBIK"; fi; }
-
-for section in $SECTIONS; do
-  case $section in
-  oracle)
-    N=${ORACLE_EVENTS:-2000000}
-    K=$((N / 2))
-    echo "== oracle: $N events, $K keys; spilled (16MiB) vs in memory vs DuckDB"
-    run "$UBIK" "$WORK/mem.jsonl" --from "$(demo "$N" "$K")" > /dev/null
-    read -r s rss < <(run "$UBIK" "$WORK/spill.jsonl" --from "$(demo "$N" "$K")" --state-memory 16MiB)
-    cmp "$WORK/mem.jsonl" "$WORK/spill.jsonl"
-    echo "spilling run: ${s}s, peak ${rss} MB; its changelog equals the in-memory run's, byte for byte"
-    "$UBIK" run "SELECT merchant, ts, amount FROM orders" -q --from "$(demo "$N" "$K")" > "$WORK/events.jsonl"
-    "$PY" - "$WORK/spill.jsonl" "$WORK/events.jsonl" <<'PY'
+# fold_equals_duckdb CHANGELOG EVENTS: the latest row per key of the changelog CHANGELOG equals
+# DuckDB's GROUP BY over EVENTS (the demo's events as `ubik run` prints them), key for key.
+fold_equals_duckdb() {
+  "$PY" - "$1" "$2" <<'PY'
 import json, sys, duckdb
 import pyarrow as pa
 latest = {}
@@ -123,6 +117,22 @@ for m, n, total, mx in db:
     assert got[0] == n and got[2] == mx and abs(got[1] - total) <= 1e-9 * max(1.0, abs(total)), (m, got, n, total, mx)
 print(f"DuckDB oracle: {len(db)} keys, latest row per key equal (count, max exact; sum within 1e-9)")
 PY
+}
+builds() { if [[ -n ${BEFORE:-} ]]; then echo "before after"; else echo after; fi; }
+bin_of() { if [[ $1 == before ]]; then echo "$BEFORE"; else echo "$UBIK"; fi; }
+
+for section in $SECTIONS; do
+  case $section in
+  oracle)
+    N=${ORACLE_EVENTS:-2000000}
+    K=$((N / 2))
+    echo "== oracle: $N events, $K keys; spilled (16MiB) vs in memory vs DuckDB"
+    run "$UBIK" "$WORK/mem.jsonl" --from "$(demo "$N" "$K")" > /dev/null
+    read -r s rss < <(run "$UBIK" "$WORK/spill.jsonl" --from "$(demo "$N" "$K")" --state-memory 16MiB)
+    cmp "$WORK/mem.jsonl" "$WORK/spill.jsonl"
+    echo "spilling run: ${s}s, peak ${rss} MB; its changelog equals the in-memory run's, byte for byte"
+    "$UBIK" run "SELECT merchant, ts, amount FROM orders" -q --from "$(demo "$N" "$K")" > "$WORK/events.jsonl"
+    fold_equals_duckdb "$WORK/spill.jsonl" "$WORK/events.jsonl"
     ;;
   checkpoint)
     echo "== checkpoint cost when 1% of the keys changed"
@@ -269,6 +279,32 @@ PY
         'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d |\n", b, s, rss, w / 1e6, ms }'
     done
     [[ -f $WORK/sessions-before.jsonl ]] && cmp "$WORK/sessions-before.jsonl" "$WORK/sessions-after.jsonl"
+    ;;
+  large)
+    N=${LARGE_EVENTS:-200000000}
+    K=${LARGE_KEYS:-100000000}
+    B=${LARGE_BUDGET:-2GiB}
+    echo "== larger than memory: $N events over $K keys under --state-memory $B, with checkpoints"
+    # The changelog of the keys ending in 0000 (one in 10 000) is kept for the oracle.
+    /usr/bin/time -f "%e %M" -o "$WORK/time" "$UBIK" run "$Q" -q --from "$(demo "$N" "$K")" \
+      --state-memory "$B" --checkpoint "$WORK/large" | grep -F '0000"},"value"' > "$WORK/large.jsonl"
+    read -r s rss < <(awk '{printf "%s %.0f\n", $1, $2 / 1024}' "$WORK/time")
+    echo "wall ${s}s ($(echo "$N / $s" | bc) events/s), peak RSS ${rss} MB, $(du -sb "$WORK/large" | awk '{printf "%.1f", $1 / 1e9}') GB on disk"
+    "$UBIK" run "SELECT merchant, ts, amount FROM orders WHERE merchant LIKE '%0000'" -q --from "$(demo "$N" "$K")" > "$WORK/events.jsonl"
+    fold_equals_duckdb "$WORK/large.jsonl" "$WORK/events.jsonl"
+    # Restore: resume from the last checkpoint (at the end of input) and read 100 000 more events.
+    start=$(date +%s.%N)
+    read -r s rss < <(run "$UBIK" /dev/null --from "$(demo $((N + 100000)) "$K")" --state-memory "$B" \
+      --checkpoint "$WORK/large" 2> "$WORK/resume.log")
+    restored=$("$PY" - "$start" "$WORK/resume.log" <<'PY'
+import datetime, re, sys
+line = next(l for l in open(sys.argv[2]) if "resumed from checkpoint" in l)
+at = re.search(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", line).group(0)
+at = datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+print(f"{at - float(sys.argv[1]):.2f}")
+PY
+)
+    echo "resume: restored and processing after ${restored}s; 100 000 more events read in ${s}s (peak RSS ${rss} MB)"
     ;;
   budget)
     N=${BUDGET_EVENTS:-60000000}

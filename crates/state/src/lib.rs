@@ -10,8 +10,8 @@
 //!   checkpoints as lists of runs ([`StoreManifest`]), and deletion of the
 //!   files no kept checkpoint names;
 //! - [`compact`]: size-tiered merging of runs on a background thread;
-//! - [`writer`]: writing and syncing new runs' files on a background
-//!   thread, while the store serves them from memory;
+//! - [`writer`]: sorting, writing and syncing new runs' files on a
+//!   background thread, while the store serves them from memory;
 //! - [`cache`] and [`bloom`]: the block cache and the filters.
 //!
 //! Why runs of our own rather than an embedded LSM: a checkpoint must be
@@ -26,10 +26,12 @@ pub mod compact;
 pub mod error;
 pub mod merge;
 pub mod run;
+mod sorting;
 pub mod store;
 pub mod writer;
 
 pub use error::{Result, StateError};
+pub use sorting::KeyEncoder;
 pub use store::{
     Lookup, StateStore, StoreManifest, StoreOptions, StoreStats, TableId, has_dictionary,
 };

@@ -35,6 +35,7 @@ use arrow::ipc::{MetadataVersion, root_as_footer};
 
 use crate::bloom::{Bloom, hash};
 use crate::error::{Result, StateError};
+use crate::sorting::Unsorted;
 
 /// The key column of a run file.
 pub const KEY: &str = "__key";
@@ -321,6 +322,9 @@ enum Body {
     },
     /// In memory, while its files are being written.
     Memory { blocks: Vec<Block>, bytes: usize },
+    /// In memory as written, not sorted yet: the store sorts it before
+    /// reading it (see [`Unsorted`]).
+    Unsorted(Arc<Unsorted>),
 }
 
 /// An opened run: its index in memory, its blocks read on demand.
@@ -537,6 +541,31 @@ impl Run {
         }
     }
 
+    /// Run `name` of rows written in any key order, served from memory
+    /// once sorted ([`Self::unsorted`] says so until then).
+    pub(crate) fn unsorted_in_memory(name: &str, id: u64, rows: Arc<Unsorted>) -> Run {
+        Run {
+            id,
+            name: name.to_string(),
+            value_schema: rows.schema(),
+            rows: rows.rows() as u64,
+            bytes: rows.bytes() as u64,
+            body: Body::Unsorted(rows),
+            fences: Vec::new(),
+            fence_ends: Vec::new(),
+            last_key: Vec::new(),
+            bloom: None,
+        }
+    }
+
+    /// Its rows while they wait to be sorted: no lookup may read it then.
+    pub(crate) fn unsorted(&self) -> Option<&Arc<Unsorted>> {
+        match &self.body {
+            Body::Unsorted(rows) => Some(rows),
+            _ => None,
+        }
+    }
+
     /// The table's value columns.
     pub fn values(&self) -> &SchemaRef {
         &self.value_schema
@@ -577,6 +606,12 @@ impl Run {
     pub fn read_block(&self, i: usize) -> Result<Block> {
         let (path, file, decoder, blocks) = match &self.body {
             Body::Memory { blocks, .. } => return Ok(blocks[i].clone()),
+            Body::Unsorted(_) => {
+                return Err(StateError::Background(format!(
+                    "run {} was read before its rows were sorted",
+                    self.name
+                )));
+            }
             Body::File {
                 path,
                 file,
@@ -603,6 +638,7 @@ impl Run {
         let body = match &self.body {
             Body::File { blocks, .. } => blocks.capacity() * std::mem::size_of::<BlockAt>(),
             Body::Memory { bytes, .. } => *bytes,
+            Body::Unsorted(rows) => rows.bytes(),
         };
         self.fences.capacity()
             + self.fence_ends.capacity() * 4

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, BooleanArray, RecordBatch, RecordBatchOptions};
-use arrow::compute::{interleave, take};
+use arrow::compute::interleave;
 use arrow::datatypes::{DataType, SchemaRef};
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
@@ -47,7 +47,8 @@ use crate::compact::{self, Job};
 use crate::error::{Result, StateError};
 use crate::merge::{Expiry, Merge, Merged};
 use crate::run::{Block, Run, file_names};
-use crate::writer::{Durability, WriteJob, Writer};
+use crate::sorting::{KeyEncoder, Keys, Sorted, Unsorted};
+use crate::writer::{Durability, JobRows, WriteJob, Writer};
 
 /// The current runs of every table, newest first: what a checkpoint refers to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -391,86 +392,78 @@ impl StateStore {
         if n == 0 {
             return Ok(0);
         }
-        if (1..n).all(|i| keys.value(i - 1) < keys.value(i)) {
+        let values = self.as_table_rows(table, values)?;
+        let rows = if (1..n).all(|i| keys.value(i - 1) < keys.value(i)) {
             // In key order already (rows numbered as they came): no sort, no copy.
-            let values = RecordBatch::try_new_with_options(
+            JobRows::Sorted(Box::new(Sorted {
+                keys: keys.clone(),
+                deleted: BooleanArray::from_iter(
+                    (0..n).map(|i| Some(deleted.is_some_and(|d| d[i]))),
+                ),
+                values,
+            }))
+        } else {
+            // Sorted on the writer's thread, or by the first lookup that
+            // needs them: the pipeline does not wait for a checkpoint's sort.
+            JobRows::Unsorted(Arc::new(Unsorted::new(
+                Keys::Encoded(keys.clone()),
+                deleted.map(<[bool]>::to_vec),
+                values,
                 Arc::clone(&self.tables[table.0].values),
-                values.columns().to_vec(),
-                &RecordBatchOptions::new().with_row_count(Some(n)),
-            )?;
-            let tombstones =
-                BooleanArray::from_iter((0..n).map(|i| Some(deleted.is_some_and(|d| d[i]))));
-            return self.queue_run(table, keys.clone(), tombstones, values);
-        }
-        // Sorted by each key's first 16 bytes held inline, the whole keys
-        // compared only on a tie: a checkpoint sorts its changed groups on
-        // the pipeline's thread, and chasing every key's bytes costs most.
-        let mut order: Vec<(u128, u32)> =
-            (0..n).map(|i| (prefix(keys.value(i)), i as u32)).collect();
-        order.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| keys.value(a.1 as usize).cmp(keys.value(b.1 as usize)))
-                .then(a.1.cmp(&b.1))
-        });
-        let order: Vec<u32> = order.into_iter().map(|(_, i)| i).collect();
-        // The last row of each key.
-        let mut kept: Vec<u32> = Vec::with_capacity(n);
-        for (i, &row) in order.iter().enumerate() {
-            let last = order
-                .get(i + 1)
-                .is_none_or(|&next| keys.value(next as usize) != keys.value(row as usize));
-            if last {
-                kept.push(row);
-            }
-        }
-        let idx = arrow::array::UInt32Array::from(kept);
-        let sorted_keys = take(keys, &idx, None)?;
-        let sorted_keys = sorted_keys
-            .as_any()
-            .downcast_ref::<BinaryArray>()
-            .expect("binary");
-        let columns = values
-            .columns()
-            .iter()
-            .map(|c| take(c.as_ref(), &idx, None))
-            .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
-        let sorted_values = RecordBatch::try_new_with_options(
-            Arc::clone(&self.tables[table.0].values),
-            columns,
-            &RecordBatchOptions::new().with_row_count(Some(idx.len())),
-        )?;
-        let tombstones = BooleanArray::from_iter(
-            idx.values()
-                .iter()
-                .map(|&r| Some(deleted.is_some_and(|d| d[r as usize]))),
-        );
-        self.queue_run(table, sorted_keys.clone(), tombstones, sorted_values)
+            )))
+        };
+        self.queue_run(table, rows)
     }
 
-    /// Serves rows sorted by key (each key once) as a new run of `table` at
-    /// once, and queues the writing of its files.
-    fn queue_run(
+    /// Writes rows as a new run of `table`, as [`Self::write`] does, keyed
+    /// by `key_columns` as `encoder` encodes them: the encoding happens with
+    /// the sort, off the caller's thread unless a lookup needs the rows first.
+    pub fn write_columns(
         &mut self,
         table: TableId,
-        sorted_keys: BinaryArray,
-        tombstones: BooleanArray,
-        sorted_values: RecordBatch,
+        key_columns: &[ArrayRef],
+        encoder: &Arc<dyn KeyEncoder>,
+        values: &RecordBatch,
+        deleted: Option<&[bool]>,
     ) -> Result<u64> {
+        let n = values.num_rows();
+        if n == 0 {
+            return Ok(0);
+        }
+        let values = self.as_table_rows(table, values)?;
+        let rows = Unsorted::new(
+            Keys::Columns(key_columns.to_vec(), Arc::clone(encoder)),
+            deleted.map(<[bool]>::to_vec),
+            values,
+            Arc::clone(&self.tables[table.0].values),
+        );
+        self.queue_run(table, JobRows::Unsorted(Arc::new(rows)))
+    }
+
+    /// `values` with `table`'s columns (their names may differ).
+    fn as_table_rows(&self, table: TableId, values: &RecordBatch) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new_with_options(
+            Arc::clone(&self.tables[table.0].values),
+            values.columns().to_vec(),
+            &RecordBatchOptions::new().with_row_count(Some(values.num_rows())),
+        )?)
+    }
+
+    /// Serves `rows` as a new run of `table` at once, and queues the
+    /// writing of its files.
+    fn queue_run(&mut self, table: TableId, rows: JobRows) -> Result<u64> {
         let name = self.next_name();
         let id = self.next_run_id;
         self.next_run_id += 1;
-        let run = Run::in_memory(&name, id, &sorted_keys, &tombstones, &sorted_values);
+        let run = match &rows {
+            JobRows::Sorted(r) => Run::in_memory(&name, id, &r.keys, &r.deleted, &r.values),
+            JobRows::Unsorted(r) => Run::unsorted_in_memory(&name, id, Arc::clone(r)),
+        };
         let held = run.size();
-        let rows = sorted_keys.len();
+        let n = run.rows;
         self.tables[table.0].runs.insert(0, Arc::new(run));
-        self.writer()?.submit(WriteJob {
-            name,
-            keys: sorted_keys,
-            deleted: tombstones,
-            values: sorted_values,
-            held,
-        })?;
-        debug!(table = %self.tables[table.0].name, rows, bytes = held, "state run queued");
+        self.writer()?.submit(WriteJob { name, rows, held })?;
+        debug!(table = %self.tables[table.0].name, rows = n, bytes = held, "state run queued");
         self.poll_compaction(false)?;
         Ok(held as u64)
     }
@@ -556,6 +549,9 @@ impl StateStore {
     /// not found.
     pub fn get(&mut self, table: TableId, keys: &[&[u8]]) -> Result<Lookup> {
         self.poll_writes(false)?;
+        if !keys.is_empty() {
+            self.sort_runs(table)?;
+        }
         let values = Arc::clone(&self.tables[table.0].values);
         if keys.is_empty() || self.tables[table.0].runs.is_empty() {
             return Ok(Lookup {
@@ -625,6 +621,25 @@ impl StateStore {
         })
     }
 
+    /// Serves `table`'s runs written out of key order sorted (sorting them
+    /// here unless the writer did already): lookups and scans read sorted runs.
+    fn sort_runs(&mut self, table: TableId) -> Result<()> {
+        for run in self.tables[table.0].runs.iter_mut() {
+            let Some(rows) = run.unsorted() else {
+                continue;
+            };
+            let sorted = rows.sorted()?;
+            *run = Arc::new(Run::in_memory(
+                &run.name,
+                run.id,
+                &sorted.keys,
+                &sorted.deleted,
+                &sorted.values,
+            ));
+        }
+        Ok(())
+    }
+
     fn block(&mut self, run: &Arc<Run>, b: usize) -> Result<Arc<Block>> {
         if !run.is_written() {
             return Ok(Arc::new(run.read_block(b)?));
@@ -642,6 +657,7 @@ impl StateStore {
     /// Every current row of `table`, in key order (the last compaction's
     /// and later writes merged).
     pub fn scan(&mut self, table: TableId) -> Result<Scan> {
+        self.sort_runs(table)?;
         let t = &self.tables[table.0];
         Ok(Scan(Merge::new(
             &t.runs,
@@ -859,15 +875,6 @@ impl Scan {
             .next_batch()?
             .map(|Merged { keys, values, .. }| (keys, values)))
     }
-}
-
-/// A key's first 16 bytes, zero-padded, big-endian: where two keys'
-/// prefixes differ, they order as the keys do.
-fn prefix(key: &[u8]) -> u128 {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u128::from_be_bytes(bytes)
 }
 
 /// Whether a column of type `t` holds dictionary-encoded values anywhere

@@ -1,8 +1,8 @@
 //! The store's background writer: it writes the files of runs the store
 //! already serves from memory, one after another, and syncs them when the
-//! store is durable. The caller's thread only sorts the rows; encoding,
-//! writing and `fsync` happen here, so a spill or a checkpoint does not
-//! wait on the disk.
+//! store is durable. Sorting rows written out of key order (unless a
+//! lookup needed them first), encoding, writing and `fsync` happen here,
+//! so a spill or a checkpoint does not wait on them.
 //!
 //! A checkpoint takes a [`Durability`]: the runs written up to then. Its
 //! [`Durability::wait`] blocks until they are on disk and the directory is
@@ -15,19 +15,24 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use arrow::array::{Array, BinaryArray, BooleanArray, RecordBatch};
+use arrow::array::Array;
 
 use crate::error::{Result, StateError};
 use crate::run::{RunFile, RunWriter};
+use crate::sorting::{Sorted, Unsorted};
 
 /// One run to write.
 pub(crate) struct WriteJob {
     pub name: String,
-    pub keys: BinaryArray,
-    pub deleted: BooleanArray,
-    pub values: RecordBatch,
+    pub rows: JobRows,
     /// Bytes it holds in memory until written.
     pub held: usize,
+}
+
+/// A run's rows, as the store serves them until its files are written.
+pub(crate) enum JobRows {
+    Sorted(Box<Sorted>),
+    Unsorted(Arc<Unsorted>),
 }
 
 /// A run whose files are written (and synced, in a durable store).
@@ -220,8 +225,12 @@ fn work(dir: &Path, durable: bool, jobs: &Receiver<WriteJob>, shared: &Shared) {
 }
 
 fn write(dir: &Path, durable: bool, job: WriteJob) -> Result<Option<RunFile>> {
-    let mut writer = RunWriter::create(dir, &job.name, &job.values.schema(), job.keys.len())?;
-    writer.push(&job.keys, &job.deleted, &job.values)?;
+    let rows = match &job.rows {
+        JobRows::Sorted(rows) => rows,
+        JobRows::Unsorted(rows) => rows.sorted()?,
+    };
+    let mut writer = RunWriter::create(dir, &job.name, &rows.values.schema(), rows.keys.len())?;
+    writer.push(&rows.keys, &rows.deleted, &rows.values)?;
     let file = writer.finish()?;
     if durable && let Some(f) = &file {
         f.sync(dir)?;

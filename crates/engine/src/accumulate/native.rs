@@ -241,15 +241,23 @@ pub(crate) fn exact_sum_fields(prefix: &str) -> Vec<FieldRef> {
 }
 
 pub(crate) fn exact_sums_to_arrays(sums: &[ExactSum], groups: &[usize]) -> Result<Vec<ArrayRef>> {
-    let fixed =
-        FixedSizeBinaryArray::try_from_iter(groups.iter().map(|&g| sums[g].fixed.to_le_bytes()))
-            .or_else(|_| {
-                // try_from_iter refuses an empty iterator
-                Ok::<_, arrow::error::ArrowError>(FixedSizeBinaryArray::new_null(32, 0))
-            })?;
-    let big = Float64Array::from_iter_values(groups.iter().map(|&g| sums[g].big));
-    let flags = UInt8Array::from_iter_values(groups.iter().map(|&g| sums[g].flags));
-    Ok(vec![Arc::new(fixed), Arc::new(big), Arc::new(flags)])
+    // One pass over the groups (a checkpoint gathers them from all over
+    // the state), straight into the columns' buffers.
+    let mut fixed = Vec::with_capacity(groups.len() * 32);
+    let mut big = Vec::with_capacity(groups.len());
+    let mut flags = Vec::with_capacity(groups.len());
+    for &g in groups {
+        let s = &sums[g];
+        fixed.extend_from_slice(&s.fixed.to_le_bytes());
+        big.push(s.big);
+        flags.push(s.flags);
+    }
+    let fixed = FixedSizeBinaryArray::try_new(32, fixed.into(), None)?;
+    Ok(vec![
+        Arc::new(fixed),
+        Arc::new(Float64Array::from(big)),
+        Arc::new(UInt8Array::from(flags)),
+    ])
 }
 
 pub(crate) fn exact_sum_at(states: &[ArrayRef], i: usize) -> Result<ExactSum> {

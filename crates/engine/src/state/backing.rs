@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BinaryArray, RecordBatch};
 use arrow::datatypes::{Field, FieldRef, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use ubik_state::Lookup;
+use ubik_state::{KeyEncoder, Lookup};
 
 use super::store::SharedStore;
 use super::table::StoreTable;
@@ -27,6 +27,21 @@ pub(crate) fn key_column_fields(key_fields: &[FieldRef]) -> Vec<FieldRef> {
         .enumerate()
         .map(|(i, f)| Arc::new(Field::new(format!("k{i}"), f.data_type().clone(), true)))
         .collect()
+}
+
+/// Group keys as the store's keys: their columns' byte-comparable rows (an
+/// empty key for a global aggregate's one group).
+struct RowKeys(RowConverter);
+
+impl KeyEncoder for RowKeys {
+    fn encode(&self, columns: &[ArrayRef], rows: usize) -> ubik_state::Result<BinaryArray> {
+        if columns.is_empty() {
+            return Ok(BinaryArray::from_iter_values(std::iter::repeat_n(
+                b"", rows,
+            )));
+        }
+        Ok(self.0.convert_columns(columns)?.try_into_binary()?)
+    }
 }
 
 /// Which groups an eviction moves out of memory.
@@ -81,7 +96,7 @@ impl Dirty {
 pub(crate) struct Backing {
     pub table: StoreTable,
     /// Group keys to the store's keys (byte-comparable rows).
-    converter: RowConverter,
+    keys: Arc<dyn KeyEncoder>,
     /// The store may hold groups that are not in memory (some were
     /// evicted, or the state was restored from the store).
     pub cold: bool,
@@ -108,7 +123,7 @@ impl Backing {
         )?;
         Ok(Self {
             table: StoreTable::new(store, name, schema)?,
-            converter,
+            keys: Arc::new(RowKeys(converter)),
             cold: false,
             changed: Dirty::default(),
             last_used: Vec::new(),
@@ -119,10 +134,7 @@ impl Backing {
     /// The store's keys of `n` groups with key columns `keys`: their
     /// byte-comparable rows (an empty key for a global aggregate's group).
     pub fn store_keys(&self, keys: &[ArrayRef], n: usize) -> Result<BinaryArray> {
-        if keys.is_empty() {
-            return Ok(BinaryArray::from_iter_values(std::iter::repeat_n(b"", n)));
-        }
-        Ok(self.converter.convert_columns(keys)?.try_into_binary()?)
+        Ok(self.keys.encode(keys, n)?)
     }
 
     /// The stored rows of the groups with key columns `keys` (`n` groups).
@@ -134,23 +146,18 @@ impl Backing {
     }
 
     /// Writes `rows` (of [`Self::schema`], keys first: `k` key columns) to
-    /// the store; returns the bytes written.
+    /// the store; returns the bytes written. The store encodes and sorts
+    /// the keys off this thread.
     pub fn write(&mut self, rows: &RecordBatch, k: usize) -> Result<u64> {
-        if rows.num_rows() == 0 {
-            return Ok(0);
-        }
-        let keys = self.store_keys(&rows.columns()[..k], rows.num_rows())?;
-        self.table.write(&keys, rows, None)
+        self.table
+            .write_columns(&rows.columns()[..k], &self.keys, rows, None)
     }
 
     /// Deletes the groups of `rows` (as [`Self::write`] takes them) from the store.
     pub fn delete(&mut self, rows: &RecordBatch, k: usize) -> Result<u64> {
-        if rows.num_rows() == 0 {
-            return Ok(0);
-        }
-        let keys = self.store_keys(&rows.columns()[..k], rows.num_rows())?;
+        let deleted = vec![true; rows.num_rows()];
         self.table
-            .write(&keys, rows, Some(&vec![true; rows.num_rows()]))
+            .write_columns(&rows.columns()[..k], &self.keys, rows, Some(&deleted))
     }
 
     /// Sizes the per-group vectors for `total` groups.

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{BinaryArray, RecordBatch};
+use arrow::array::{ArrayRef, BinaryArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use ubik_state::TableId;
+use ubik_state::{KeyEncoder, TableId};
 
 use super::store::SharedStore;
 use crate::error::Result;
@@ -65,6 +65,21 @@ impl StoreTable {
         let table = self.id()?;
         self.store
             .with(|s| Ok(s.write(table, keys, values, deleted)?))
+    }
+
+    /// Writes `values` row `i` under the key `encoder` makes of row `i` of
+    /// `key_columns`, or deletes it where `deleted` says; returns the bytes
+    /// written. The keys are encoded and sorted off this thread.
+    pub fn write_columns(
+        &mut self,
+        key_columns: &[ArrayRef],
+        encoder: &Arc<dyn KeyEncoder>,
+        values: &RecordBatch,
+        deleted: Option<&[bool]>,
+    ) -> Result<u64> {
+        let table = self.id()?;
+        self.store
+            .with(|s| Ok(s.write_columns(table, key_columns, encoder, values, deleted)?))
     }
 
     /// Every stored row, batch by batch.
