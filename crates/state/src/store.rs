@@ -424,7 +424,7 @@ impl StateStore {
         key_columns: &[ArrayRef],
         encoder: &Arc<dyn KeyEncoder>,
         values: &RecordBatch,
-        deleted: Option<&[bool]>,
+        deleted: Option<Vec<bool>>,
     ) -> Result<u64> {
         let n = values.num_rows();
         if n == 0 {
@@ -433,7 +433,7 @@ impl StateStore {
         let values = self.as_table_rows(table, values)?;
         let rows = Unsorted::new(
             Keys::Columns(key_columns.to_vec(), Arc::clone(encoder)),
-            deleted.map(<[bool]>::to_vec),
+            deleted,
             values,
             Arc::clone(&self.tables[table.0].values),
         );

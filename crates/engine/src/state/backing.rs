@@ -157,7 +157,7 @@ impl Backing {
     pub fn delete(&mut self, rows: &RecordBatch, k: usize) -> Result<u64> {
         let deleted = vec![true; rows.num_rows()];
         self.table
-            .write_columns(&rows.columns()[..k], &self.keys, rows, Some(&deleted))
+            .write_columns(&rows.columns()[..k], &self.keys, rows, Some(deleted))
     }
 
     /// Sizes the per-group vectors for `total` groups.

@@ -75,7 +75,7 @@ impl StoreTable {
         key_columns: &[ArrayRef],
         encoder: &Arc<dyn KeyEncoder>,
         values: &RecordBatch,
-        deleted: Option<&[bool]>,
+        deleted: Option<Vec<bool>>,
     ) -> Result<u64> {
         let table = self.id()?;
         self.store
