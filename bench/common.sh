@@ -3,7 +3,10 @@
 CACHE=${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/bench
 mkdir -p "$CACHE"
 PY=$(scripts/python-env.sh)
-cargo build --release --quiet -p ubik-cli -p ubik-bench
+# A script that runs only the ubik command sets RELEASE_PACKAGES=ubik-cli first (the
+# ubik-bench link alone takes minutes).
+read -ra packages <<< "${RELEASE_PACKAGES:-ubik-cli ubik-bench}"
+cargo build --release --quiet "${packages[@]/#/-p=}"
 UBIK=target/release/ubik
 BENCH=target/release/ubik-bench
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }

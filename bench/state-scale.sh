@@ -52,6 +52,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins sessions"}
+RELEASE_PACKAGES=ubik-cli
 source bench/common.sh
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -27,6 +27,14 @@ mod kafka;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands a large free straight back to the kernel: mimalloc would keep it
+/// for a second, and an eviction's frees held that long overshoot the
+/// memory budget (see `ubik_state::memory`).
+fn release_freed_memory() {
+    // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 mod nexmark;
 
 use std::fs::File;
@@ -155,6 +163,7 @@ fn checkpoint(keys: usize) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    ubik_engine::ubik_state::memory::on_release(release_freed_memory);
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args
         .iter()

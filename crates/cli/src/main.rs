@@ -7,6 +7,14 @@ mod args;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands a large free straight back to the kernel: mimalloc would keep it
+/// for a second, and an eviction's frees held that long overshoot the
+/// memory budget (see `ubik_state::memory`).
+fn release_freed_memory() {
+    // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 mod metrics;
 mod pipeline_file;
 mod settings;
@@ -32,6 +40,7 @@ use ubik_runtime::progress::{self, Total};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    ubik_engine::ubik_state::memory::on_release(release_freed_memory);
     let cli = Cli::parse();
     init_logging(&cli.log);
     let result = match cli.command {

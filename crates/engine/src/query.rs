@@ -535,6 +535,9 @@ impl Query {
             evicted += j.spill(share(sides))?;
         }
         if evicted.groups > 0 {
+            let left = self.operator.as_ref().map_or(0, |o| o.state_size())
+                + self.join.as_ref().map_or(0, JoinNode::spillable);
+            ubik_state::memory::release_after((operator + sides).saturating_sub(left));
             self.spilled.spills += 1;
             self.spilled.groups += evicted.groups as u64;
             self.spilled.bytes_written += evicted.bytes_written;

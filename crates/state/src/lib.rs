@@ -12,7 +12,8 @@
 //! - [`compact`]: size-tiered merging of runs on a background thread;
 //! - [`writer`]: sorting, writing and syncing new runs' files on a
 //!   background thread, while the store serves them from memory;
-//! - [`cache`] and [`bloom`]: the block cache and the filters.
+//! - [`cache`] and [`bloom`]: the block cache and the filters;
+//! - [`memory`]: returning large frees to the operating system at once.
 //!
 //! Why runs of our own rather than an embedded LSM: a checkpoint must be
 //! a set of immutable files that several kept checkpoints share and that a
@@ -24,6 +25,7 @@ pub mod bloom;
 pub mod cache;
 pub mod compact;
 pub mod error;
+pub mod memory;
 pub mod merge;
 pub mod run;
 mod sorting;

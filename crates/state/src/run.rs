@@ -638,7 +638,7 @@ impl Run {
         let body = match &self.body {
             Body::File { blocks, .. } => blocks.capacity() * std::mem::size_of::<BlockAt>(),
             Body::Memory { bytes, .. } => *bytes,
-            Body::Unsorted(rows) => rows.bytes(),
+            Body::Unsorted(rows) => rows.peak(),
         };
         self.fences.capacity()
             + self.fence_ends.capacity() * 4

@@ -16,6 +16,11 @@ use arrow::datatypes::SchemaRef;
 
 use crate::error::{Result, StateError};
 
+/// Bytes per row a sort takes besides the rows and their keys: the order
+/// (a 16-byte key prefix and a row number, 32 bytes aligned) and the rows
+/// kept.
+const SORT_BYTES_PER_ROW: usize = 40;
+
 /// Rows sorted by key, each key once: a run's contents.
 #[derive(Clone)]
 pub(crate) struct Sorted {
@@ -60,6 +65,7 @@ pub(crate) struct Unsorted {
     schema: SchemaRef,
     rows: usize,
     bytes: usize,
+    peak: usize,
 }
 
 impl Unsorted {
@@ -71,9 +77,15 @@ impl Unsorted {
         values: RecordBatch,
         schema: SchemaRef,
     ) -> Self {
+        let encoding = match &keys {
+            Keys::Encoded(_) => 0,
+            Keys::Columns(..) => keys.bytes(),
+        };
+        let rows = values.num_rows();
         let bytes = keys.bytes() + values.get_array_memory_size();
+        let peak = bytes + encoding + rows * SORT_BYTES_PER_ROW;
         Unsorted {
-            rows: values.num_rows(),
+            rows,
             input: Mutex::new(Some(Input {
                 keys,
                 deleted,
@@ -82,6 +94,7 @@ impl Unsorted {
             sorted: OnceLock::new(),
             schema,
             bytes,
+            peak,
         }
     }
 
@@ -98,6 +111,13 @@ impl Unsorted {
     /// Memory the rows hold as written.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Memory the rows hold until written: as written, plus what sorting
+    /// them takes (their encoded keys and the order), so that a memory
+    /// budget counts the writer thread's peak too.
+    pub fn peak(&self) -> usize {
+        self.peak
     }
 
     /// The rows sorted by key, sorting them now unless done (or under way
@@ -120,7 +140,8 @@ impl Unsorted {
 
 /// Sorts by each key's first 16 bytes held inline, comparing whole keys
 /// only on a tie (chasing every key's bytes costs most), and keeps the
-/// last row of each key.
+/// last row of each key. Each input part is dropped once its sorted copy
+/// exists, so the peak is the rows plus one part, not the rows twice.
 fn sort(input: Input, schema: &SchemaRef) -> Result<Sorted> {
     let Input {
         keys,
@@ -138,30 +159,17 @@ fn sort(input: Input, schema: &SchemaRef) -> Result<Sorted> {
             keys.len()
         )));
     }
-    let mut order: Vec<(u128, u32)> = (0..n).map(|i| (prefix(keys.value(i)), i as u32)).collect();
-    order.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| keys.value(a.1 as usize).cmp(keys.value(b.1 as usize)))
-            .then(a.1.cmp(&b.1))
-    });
-    let mut kept: Vec<u32> = Vec::with_capacity(n);
-    for (i, &(_, row)) in order.iter().enumerate() {
-        let last = order
-            .get(i + 1)
-            .is_none_or(|&(_, next)| keys.value(next as usize) != keys.value(row as usize));
-        if last {
-            kept.push(row);
-        }
-    }
+    let kept = last_row_per_key_in_order(&keys);
     let idx = arrow::array::UInt32Array::from(kept);
     let sorted_keys = take(&keys, &idx, None)?
         .as_any()
         .downcast_ref::<BinaryArray>()
         .expect("binary")
         .clone();
-    let columns = values
-        .columns()
-        .iter()
+    drop(keys);
+    let (_, columns, _) = values.into_parts();
+    let columns = columns
+        .into_iter()
         .map(|c| take(c.as_ref(), &idx, None))
         .collect::<std::result::Result<Vec<ArrayRef>, _>>()?;
     let values = RecordBatch::try_new_with_options(
@@ -179,6 +187,27 @@ fn sort(input: Input, schema: &SchemaRef) -> Result<Sorted> {
         deleted,
         values,
     })
+}
+
+/// The rows to keep, in key order: the last row of each key.
+fn last_row_per_key_in_order(keys: &BinaryArray) -> Vec<u32> {
+    let n = keys.len();
+    let mut order: Vec<(u128, u32)> = (0..n).map(|i| (prefix(keys.value(i)), i as u32)).collect();
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| keys.value(a.1 as usize).cmp(keys.value(b.1 as usize)))
+            .then(a.1.cmp(&b.1))
+    });
+    let mut kept: Vec<u32> = Vec::with_capacity(n);
+    for (i, &(_, row)) in order.iter().enumerate() {
+        let last = order
+            .get(i + 1)
+            .is_none_or(|&(_, next)| keys.value(next as usize) != keys.value(row as usize));
+        if last {
+            kept.push(row);
+        }
+    }
+    kept
 }
 
 /// A key's first 16 bytes, zero-padded, big-endian: where two keys'

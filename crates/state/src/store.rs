@@ -460,12 +460,12 @@ impl StateStore {
             JobRows::Unsorted(r) => Run::unsorted_in_memory(&name, id, Arc::clone(r)),
         };
         let held = run.size();
-        let n = run.rows;
+        let (n, bytes) = (run.rows, run.bytes);
         self.tables[table.0].runs.insert(0, Arc::new(run));
         self.writer()?.submit(WriteJob { name, rows, held })?;
         debug!(table = %self.tables[table.0].name, rows = n, bytes = held, "state run queued");
         self.poll_compaction(false)?;
-        Ok(held as u64)
+        Ok(bytes)
     }
 
     fn writer(&mut self) -> Result<&mut Writer> {
@@ -486,6 +486,7 @@ impl StateStore {
         let Some(writer) = self.writer.as_mut() else {
             return Ok(());
         };
+        let mut freed = 0;
         for done in writer.finished(all)? {
             self.stats.runs_written += 1;
             self.stats.bytes_written += done.file.bytes;
@@ -513,8 +514,10 @@ impl StateStore {
                 .iter()
                 .position(|r| r.name == done.name)
                 .expect("found above");
+            freed += self.tables[t].runs[at].size();
             self.tables[t].runs[at] = run;
         }
+        crate::memory::release_after(freed);
         Ok(())
     }
 

@@ -203,6 +203,8 @@ fn work(dir: &Path, durable: bool, jobs: &Receiver<WriteJob>, shared: &Shared) {
         } else {
             write(dir, durable, job)
         };
+        // A sorted write freed its rows as written.
+        crate::memory::release_after(held);
         let mut p = shared.lock();
         p.done += 1;
         p.held -= held;

@@ -25,6 +25,7 @@ use arrow::array::{
 };
 use arrow::compute::{take, take_record_batch};
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type, Schema, SchemaRef};
+use ubik_state::memory::release_after;
 
 use super::backing::{Backing, Dirty, key_column_fields};
 use super::interner::Interner;
@@ -676,25 +677,27 @@ impl KeyedState {
 
     /// Keeps only `survivors` (ascending), renumbered from 0 in that order.
     fn rebuild(&mut self, survivors: &[usize]) -> Result<()> {
+        // One part at a time, each old part dropped before the next is
+        // copied: an eviction's peak is the state plus the survivors of its
+        // largest part, not plus every survivor twice (which overshot the
+        // memory budget by the state's size). A failure leaves the state
+        // unusable, which is fine: it stops the query.
+        // The allocator is asked to return each freed part at once, else
+        // it keeps it for a while and the next part is built beside it.
         let keys = self.interner.keys(survivors)?;
-        let states = self
-            .accs
-            .iter_mut()
-            .map(|a| a.state(survivors))
-            .collect::<Result<Vec<_>>>()?;
-        let mut interner = Interner::new(self.interner.fields())?;
+        let freed = self.interner.size();
+        self.interner = Interner::new(self.interner.fields())?;
+        release_after(freed);
         let mut groups = Vec::with_capacity(survivors.len());
-        interner.intern(&keys, survivors.len(), &mut groups)?;
-        let mut accs = self
-            .specs
-            .iter()
-            .map(create_accumulator)
-            .collect::<Result<Vec<_>>>()?;
-        for (acc, state) in accs.iter_mut().zip(&states) {
-            acc.merge(state, &groups, survivors.len())?;
+        self.interner.intern(&keys, survivors.len(), &mut groups)?;
+        drop(keys);
+        for (acc, spec) in self.accs.iter_mut().zip(&self.specs) {
+            let state = acc.state(survivors)?;
+            let freed = acc.size();
+            *acc = create_accumulator(spec)?;
+            release_after(freed);
+            acc.merge(&state, &groups, survivors.len())?;
         }
-        self.interner = interner;
-        self.accs = accs;
         self.visible = survivors.iter().map(|&g| self.visible[g]).collect();
         if let Some(t) = self.max_time.as_mut() {
             *t = survivors.iter().map(|&g| t[g]).collect();
