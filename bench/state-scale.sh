@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint held tick budget skew ranks regroup windows joins sessions"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint held tick budget skew ranks regroup windows joins over sessions"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -45,13 +45,18 @@
 #             seen) over JOIN_EVENTS (default 20 M) events, a checkpoint every 5% of them: wall,
 #             peak RSS, bytes and ms per checkpoint against the build before, the same changelog
 #             bytes; then q20 under --state-memory VERSION_BUDGET (default 64MiB): the same bytes
+# over        Nexmark q6 (a moving average over each seller's auctions' winning bids: window
+#             functions over a top-1 per auction, both growing with every auction seen) over
+#             OVER_EVENTS (default 10 M) events, a checkpoint every 5% of them: wall, peak RSS,
+#             bytes and ms per checkpoint against the build before, the same changelog bytes; then
+#             under --state-memory OVER_BUDGET (default 32MiB): the same bytes
 # sessions    1-minute SESSION windows over SESSION_EVENTS (default 10 M) events of SESSION_KEYS
 #             (default 1 M) keys, 50 minutes of event time, kept the default 10 minutes after
 #             they close, a checkpoint every 5% of the events: wall, peak RSS, bytes and ms per
 #             checkpoint against the build before, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins sessions"}
+SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins over sessions"}
 RELEASE_PACKAGES=ubik-cli
 source bench/common.sh
 WORK=$(mktemp -d)
@@ -242,6 +247,34 @@ for section in $SECTIONS; do
     echo "| q20 | after, --state-memory $B | ${s}s | ${rss} MB | | |"
     cmp "$WORK/q20-after.jsonl" "$WORK/q20-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q20-spill.jsonl") records)"
+    ;;
+  over)
+    N=${OVER_EVENTS:-10000000}
+    B=${OVER_BUDGET:-32MiB}
+    STEP=$((N / 20))
+    nexmark=(--from "nexmark://bid?events=$N" --from "nexmark://auction?events=$N")
+    echo "== Nexmark q6 (window functions over a top-1 per auction), $N events, a checkpoint every $STEP events"
+    echo "| run | wall | peak RSS | written per checkpoint (median) | ms per checkpoint (median) |"
+    echo "|---|---|---|---|---|"
+    for build in $(builds) spill; do
+      rm -rf "$WORK/ock"
+      bin=$UBIK
+      [[ $build == before ]] && bin=$BEFORE
+      budget=()
+      [[ $build == spill ]] && budget=(--state-memory "$B")
+      read -r s rss < <(UBIK_LOG=ubik_runtime::pipeline=debug QUERY_FILE=bench/nexmark/q6.sql \
+        run "$bin" "$WORK/q6-$build.jsonl" "${nexmark[@]}" --checkpoint "$WORK/ock" \
+        --checkpoint-every "$STEP" --checkpoint-interval 1h "${budget[@]}" 2> "$WORK/ock-$build.log")
+      read -r w ms _ < <(checkpoint_medians "$WORK/ock-$build.log")
+      label=$build
+      [[ $build == spill ]] && label="after, --state-memory $B"
+      awk -v b="$label" -v s="$s" -v rss="$rss" -v w="$w" -v ms="$ms" \
+        'BEGIN { printf "| %s | %ss | %s MB | %.1f MB | %d |\n", b, s, rss, w / 1e6, ms }'
+    done
+    [[ -f $WORK/q6-before.jsonl ]] && cmp "$WORK/q6-before.jsonl" "$WORK/q6-after.jsonl"
+    cmp "$WORK/q6-after.jsonl" "$WORK/q6-spill.jsonl"
+    echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q6-spill.jsonl") records)"
+    rm -rf "$WORK/ock"
     ;;
   held)
     N=${HELD_EVENTS:-4000000}

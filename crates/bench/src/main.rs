@@ -27,14 +27,6 @@ mod kafka;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Hands a large free straight back to the kernel: mimalloc would keep it
-/// for a second, and an eviction's frees held that long overshoot the
-/// memory budget (see `ubik_state::memory`).
-fn release_freed_memory() {
-    // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
-    unsafe { libmimalloc_sys::mi_collect(true) }
-}
-
 mod nexmark;
 
 use std::fs::File;
@@ -163,7 +155,9 @@ fn checkpoint(keys: usize) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    ubik_engine::ubik_state::memory::on_release(release_freed_memory);
+    // Large frees go back to the kernel at once: mimalloc would keep them
+    // for a second, past the memory budget (see `ubik_state::memory`).
+    ubik_state::memory::release_with_mimalloc();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args
         .iter()

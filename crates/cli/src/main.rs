@@ -7,14 +7,6 @@ mod args;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Hands a large free straight back to the kernel: mimalloc would keep it
-/// for a second, and an eviction's frees held that long overshoot the
-/// memory budget (see `ubik_state::memory`).
-fn release_freed_memory() {
-    // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
-    unsafe { libmimalloc_sys::mi_collect(true) }
-}
-
 mod metrics;
 mod pipeline_file;
 mod settings;
@@ -40,7 +32,9 @@ use ubik_runtime::progress::{self, Total};
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    ubik_engine::ubik_state::memory::on_release(release_freed_memory);
+    // Large frees go back to the kernel at once: mimalloc would keep them
+    // for a second, past the memory budget (see `ubik_state::memory`).
+    ubik_state::memory::release_with_mimalloc();
     let cli = Cli::parse();
     init_logging(&cli.log);
     let result = match cli.command {

@@ -81,6 +81,25 @@ fn spilling_top_n_killed_and_resumed() {
     crash_spilling(dir.path(), Q, Q, &[0, 2], 12, &[]);
 }
 
+/// A moving average over each merchant-prefix's top merchants (window
+/// functions over a top-1 per merchant, Nexmark q6's shape) with more
+/// state than its budget holds: the tops go to the table `ranks`, each
+/// prefix's rows to the table `over`, after every batch, and are read back
+/// when a change reaches them; kills anywhere resume with a byte-identical
+/// replay, and the result equals DataFusion's window functions.
+#[test]
+fn spilling_window_functions_killed_and_resumed() {
+    const Q: &str = "SELECT Q.merchant, avg(Q.amount) OVER (PARTITION BY substr(Q.merchant, 1, 4) ORDER BY Q.ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS recent FROM (SELECT * FROM (SELECT merchant, ts, amount, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 1) Q";
+    // Ties are broken by the rows' columns, ascending, as ubik does.
+    const ORACLE: &str = "SELECT Q.merchant, avg(Q.amount) OVER (PARTITION BY substr(Q.merchant, 1, 4) ORDER BY Q.ts, Q.merchant, Q.amount, Q.rn ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS recent FROM (SELECT * FROM (SELECT merchant, ts, amount, ROW_NUMBER() OVER (PARTITION BY merchant ORDER BY amount DESC, merchant, ts, amount) AS rn FROM orders) WHERE rn <= 1) Q";
+    let dir = tempfile::tempdir().unwrap();
+    let log = store_log(crash_spilling(dir.path(), Q, ORACLE, &[0], 14, &[]));
+    assert!(
+        log.contains("table=over") && log.contains("table=ranks"),
+        "the tops and the trees were not both written: {log}"
+    );
+}
+
 /// 5-minute windows over more merchants than the budget holds, with late
 /// rows (1 s watermark delay, 3 s disorder) kept for a minute: the open
 /// windows' groups and the closed windows (updated by late rows) go to
@@ -92,19 +111,23 @@ fn spilling_windows_killed_and_resumed() {
     const ORACLE: &str = "SELECT merchant, date_bin(INTERVAL '5 minutes', ts, TIMESTAMP '1970-01-01T00:00:00Z') AS w, count(*) AS n, sum(amount) AS total, max(amount) AS mx FROM orders GROUP BY 1, 2";
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--lateness", "1s", "--retention", "1m"];
-    let args = crash_spilling(dir.path(), Q, ORACLE, &[0, 1], 13, &flags);
     // The windows did go to the store.
-    let spilled = ubik()
+    let log = store_log(crash_spilling(dir.path(), Q, ORACLE, &[0, 1], 13, &flags));
+    assert!(
+        log.contains("table=window/"),
+        "no window state was written: {log}"
+    );
+}
+
+/// The state store's debug log of `ubik run ARGS` (which tables it wrote).
+fn store_log(args: Vec<String>) -> String {
+    let run = ubik()
         .arg("run")
         .args(args)
         .env("UBIK_LOG", "ubik_state=debug")
         .output()
         .unwrap();
-    let log = stderr(&spilled);
-    assert!(
-        log.contains("table=window/"),
-        "no window state was written: {log}"
-    );
+    stderr(&run)
 }
 
 /// Crash rounds of `q` over 30 000 merchants (several MiB of state, far

@@ -124,25 +124,23 @@ impl Query {
                 Arc::clone(&plan.input_schema),
                 store,
             )?)),
-            QueryKind::Over(o) => Some(Box::new(OverOperator::new(
-                o,
-                &plan.options,
-                Arc::clone(&plan.input_schema),
-                Arc::clone(&plan.output_schema),
-                plan.key_columns.clone(),
-            )?)),
+            QueryKind::Over(o) => {
+                let (input, output) = (&plan.input_schema, &plan.output_schema);
+                let keys = plan.key_columns.clone();
+                let op = OverOperator::new(o, &plan.options, input.clone(), output.clone(), keys)?;
+                Some(Box::new(match store {
+                    Some(store) => op.with_store(store)?,
+                    None => op,
+                }))
+            }
             QueryKind::Rank(r) => {
-                let mut op = RankOperator::new(
-                    r,
-                    &plan.options,
-                    Arc::clone(&plan.input_schema),
-                    Arc::clone(&plan.output_schema),
-                    plan.key_columns.clone(),
-                )?;
-                if let Some(store) = store {
-                    op = op.with_store(store)?;
-                }
-                Some(Box::new(op))
+                let (input, output) = (&plan.input_schema, &plan.output_schema);
+                let keys = plan.key_columns.clone();
+                let op = RankOperator::new(r, &plan.options, input.clone(), output.clone(), keys)?;
+                Some(Box::new(match store {
+                    Some(store) => op.with_store(store)?,
+                    None => op,
+                }))
             }
         };
         let lateness = match &plan.kind {

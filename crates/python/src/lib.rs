@@ -10,14 +10,6 @@ mod errors;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Hands a large free straight back to the kernel: mimalloc would keep it
-/// for a second, and an eviction's frees held that long overshoot the
-/// memory budget (see `ubik_state::memory`).
-fn release_freed_memory() {
-    // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
-    unsafe { libmimalloc_sys::mi_collect(true) }
-}
-
 mod options;
 mod session;
 
@@ -25,7 +17,9 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _ubik(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    ubik_engine::ubik_state::memory::on_release(release_freed_memory);
+    // Large frees go back to the kernel at once: mimalloc would keep them
+    // for a second, past the memory budget (see `ubik_state::memory`).
+    ubik_state::memory::release_with_mimalloc();
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(session::validate, m)?)?;
     m.add_class::<session::Session>()?;

@@ -23,6 +23,17 @@ pub fn on_release(release: fn()) {
     let _ = RELEASE.set(release);
 }
 
+/// Registers mimalloc's `mi_collect(true)` as the release ([`on_release`]),
+/// for a binary whose global allocator is mimalloc.
+#[cfg(feature = "mimalloc")]
+pub fn release_with_mimalloc() {
+    fn collect() {
+        // SAFETY: mi_collect takes no pointers; it only walks mimalloc's heaps.
+        unsafe { libmimalloc_sys::mi_collect(true) }
+    }
+    on_release(collect);
+}
+
 /// Returns freed pages to the operating system, if `freed` bytes were just
 /// freed and a release was registered.
 pub fn release_after(freed: usize) {

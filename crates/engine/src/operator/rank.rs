@@ -100,6 +100,9 @@ struct Top {
     /// Latest event time folded in (the record timestamp).
     max_time: i64,
     dirty: bool,
+    /// Its latest time rose since the last fold tick (tracked for window
+    /// functions over the top-N only).
+    retimed: bool,
 }
 
 impl Top {
@@ -118,6 +121,7 @@ impl Default for Top {
             entries: Vec::new(),
             max_time: MIN_TIME,
             dirty: false,
+            retimed: false,
         }
     }
 }
@@ -156,6 +160,26 @@ pub struct RankOperator {
     /// The store outlives the process: checkpoints write the changed tops
     /// there, not into the snapshot.
     store_durable: bool,
+    /// Window functions read this top-N's changes as rows
+    /// ([`Self::fold_tick_changes`]): rows pushed out of a top after they
+    /// were emitted are kept until then, and keys whose time rose are listed.
+    track_changes: bool,
+    /// Rows pushed out of their key's top since the last tick.
+    displaced: Vec<Entry>,
+    /// Keys whose latest time rose since the last tick.
+    retimed: Vec<usize>,
+}
+
+/// What one fold tick changed in a top-N, as result rows (the SELECT list).
+pub(crate) struct RankChanges {
+    /// The rows that left the rank they were emitted at, as emitted there.
+    pub gone: RecordBatch,
+    /// The rows at a rank they were not emitted at, and their key's time.
+    pub placed: RecordBatch,
+    pub placed_times: Vec<i64>,
+    /// The other rows of keys whose latest time rose, and that time.
+    pub retimed: RecordBatch,
+    pub retimed_times: Vec<i64>,
 }
 
 impl RankOperator {
@@ -212,7 +236,16 @@ impl RankOperator {
             rows_held: 0,
             backing: None,
             store_durable: false,
+            track_changes: false,
+            displaced: Vec::new(),
+            retimed: Vec::new(),
         })
+    }
+
+    /// Makes [`Self::fold_tick_changes`] available (window functions).
+    pub(crate) fn tracking_changes(mut self) -> Self {
+        self.track_changes = true;
+        self
     }
 
     /// Puts table `ranks` of `store` behind the tops (none for a global
@@ -313,11 +346,7 @@ impl RankOperator {
     /// Keeps only the tops of `survivors` (ascending) in memory, renumbered
     /// from 0 in that order.
     fn rebuild(&mut self, survivors: &[usize]) -> Result<()> {
-        let keys = self.groups.keys(survivors)?;
-        let mut groups = Interner::new(self.groups.fields())?;
-        let mut numbered = Vec::with_capacity(survivors.len());
-        groups.intern(&keys, survivors.len(), &mut numbered)?;
-        self.groups = groups;
+        self.groups.retain(survivors)?;
         let mut tops = std::mem::take(&mut self.tops);
         self.tops = survivors
             .iter()
@@ -348,8 +377,12 @@ impl RankOperator {
         let mut candidates: Vec<u32> = Vec::new();
         for (i, &g) in group_of.iter().enumerate() {
             let top = &mut self.tops[g];
-            if self.has_event_time {
-                top.max_time = top.max_time.max(times[i]);
+            if self.has_event_time && times[i] > top.max_time {
+                top.max_time = times[i];
+                if self.track_changes && !top.retimed {
+                    top.retimed = true;
+                    self.retimed.push(g);
+                }
             }
             let loses = top.entries.len() >= self.limit
                 && top
@@ -398,17 +431,26 @@ impl RankOperator {
                 .partition_point(|e| e.row.as_slice() <= candidate);
             // The evicted row's buffer holds the new one: no allocation
             // once a key's top is full.
-            let mut entry = match full {
-                true => top.entries.pop().expect("a full top has rows"),
-                false => Entry {
-                    row: Vec::with_capacity(candidate.len()),
-                    order_len: 0,
-                    shown: 0,
-                },
+            let fresh = || Entry {
+                row: Vec::with_capacity(candidate.len()),
+                order_len: 0,
+                shown: 0,
             };
-            let replaced = match full {
-                true => std::mem::size_of::<Entry>() + entry.row.capacity(),
-                false => 0,
+            // (entry, bytes it held before it is reused)
+            let (mut entry, replaced) = match full {
+                true => {
+                    let out = top.entries.pop().expect("a full top has rows");
+                    let held = std::mem::size_of::<Entry>() + out.row.capacity();
+                    if self.track_changes && out.shown != 0 {
+                        // Window functions take its emitted place back out.
+                        self.rows_held -= held;
+                        self.displaced.push(out);
+                        (fresh(), 0)
+                    } else {
+                        (out, held)
+                    }
+                }
+                false => (fresh(), 0),
             };
             entry.row.clear();
             entry.row.extend_from_slice(candidate);
@@ -437,16 +479,96 @@ impl RankOperator {
 
     /// Folds in the rows queued for `tick`, and returns the ranks whose
     /// row changed, as (key, 0-based rank), marking them shown.
-    pub(crate) fn fold_tick(&mut self, tick: i64) -> Result<Vec<(usize, usize)>> {
+    fn fold_tick(&mut self, tick: i64) -> Result<Vec<(usize, usize)>> {
+        self.fold_pending(tick)?;
+        Ok(self.changed_ranks())
+    }
+
+    /// Folds in the rows queued for `tick`.
+    fn fold_pending(&mut self, tick: i64) -> Result<()> {
         let mut list = self.pending.take(tick);
-        if list.is_empty() {
-            return Ok(Vec::new());
-        }
         list.sort_by_key(|p| p.partition);
         for p in &list {
             self.fold(&p.batch, &p.values)?;
         }
-        Ok(self.changed_ranks())
+        Ok(())
+    }
+
+    /// Folds in the rows queued for `tick` and returns what changed, as
+    /// result rows ([`Self::tracking_changes`] only), marking the changed
+    /// ranks shown. A row that moved to another rank is gone from the old
+    /// one and placed at the new one.
+    pub(crate) fn fold_tick_changes(&mut self, tick: i64) -> Result<RankChanges> {
+        debug_assert!(
+            self.track_changes,
+            "changes are tracked for window functions"
+        );
+        self.fold_pending(tick)?;
+        let mut groups = std::mem::take(&mut self.dirty);
+        groups.append(&mut self.retimed);
+        groups.sort_unstable();
+        groups.dedup();
+        let displaced = std::mem::take(&mut self.displaced);
+        let mut gone: Vec<(&[u8], u64)> = displaced
+            .iter()
+            .map(|e| (e.row.as_slice(), u64::from(e.shown)))
+            .collect();
+        let (mut placed, mut retimed) = (Vec::new(), Vec::new());
+        for &g in &groups {
+            for (r, e) in self.tops[g].entries.iter().enumerate() {
+                let rank = r as u32 + 1;
+                if e.shown == rank {
+                    retimed.push((g, r));
+                    continue;
+                }
+                if e.shown != 0 {
+                    gone.push((e.row.as_slice(), u64::from(e.shown)));
+                }
+                placed.push((g, r));
+            }
+        }
+        let gone = self.rows_of(gone.into_iter())?;
+        drop(displaced);
+        for &g in &groups {
+            let top = &mut self.tops[g];
+            top.dirty = false;
+            top.retimed = false;
+            for (r, e) in top.entries.iter_mut().enumerate() {
+                e.shown = r as u32 + 1;
+            }
+        }
+        let times = |picked: &[(usize, usize)]| {
+            picked.iter().map(|&(g, _)| self.tops[g].max_time).collect()
+        };
+        Ok(RankChanges {
+            gone,
+            placed: self.rows(&placed)?,
+            placed_times: times(&placed),
+            retimed: self.rows(&retimed)?,
+            retimed_times: times(&retimed),
+        })
+    }
+
+    /// Every kept row as a result row, and its key's latest time: each was
+    /// emitted at its rank (between grid points a top-N holds no row it
+    /// has not emitted). The tops in memory only.
+    pub(crate) fn kept_rows(&self) -> Result<(RecordBatch, Vec<i64>)> {
+        let mut all = Vec::new();
+        let mut times = Vec::new();
+        for (g, top) in self.tops.iter().enumerate() {
+            for (r, e) in top.entries.iter().enumerate() {
+                if e.shown != r as u32 + 1 {
+                    return Err(EngineError::Checkpoint(format!(
+                        "top-N state: a kept row at rank {} was last emitted at rank {}",
+                        r + 1,
+                        e.shown
+                    )));
+                }
+                all.push((g, r));
+                times.push(top.max_time);
+            }
+        }
+        Ok((self.rows(&all)?, times))
     }
 
     /// The ranks whose row changed since the last call, as (key, 0-based
@@ -473,7 +595,7 @@ impl RankOperator {
             return Ok(());
         }
         let rows = self.rows(picked)?;
-        let times = picked.iter().map(|&(g, _)| self.max_time(g)).collect();
+        let times = picked.iter().map(|&(g, _)| self.tops[g].max_time).collect();
         out.changes.push(upserts_by_key(
             rows,
             times,
@@ -484,53 +606,67 @@ impl RankOperator {
     }
 
     /// The result rows (the SELECT list) of the rows at `picked` ranks, in that order.
-    pub(crate) fn rows(&self, picked: &[(usize, usize)]) -> Result<RecordBatch> {
+    fn rows(&self, picked: &[(usize, usize)]) -> Result<RecordBatch> {
+        self.rows_of(
+            picked
+                .iter()
+                .map(|&(g, r)| (self.tops[g].entries[r].row.as_slice(), r as u64 + 1)),
+        )
+    }
+
+    /// The result rows of encoded kept rows, each at its 1-based rank.
+    fn rows_of<'a>(&self, rows: impl Iterator<Item = (&'a [u8], u64)>) -> Result<RecordBatch> {
         let parser = self.converter.parser();
-        let encoded = picked
-            .iter()
-            .map(|&(g, r)| parser.parse(&self.tops[g].entries[r].row));
+        let (encoded, ranks): (Vec<_>, Vec<u64>) =
+            rows.map(|(row, rank)| (parser.parse(row), rank)).unzip();
         let decoded = self.converter.convert_rows(encoded)?;
         let mut columns: Vec<ArrayRef> = decoded[self.order_exprs.len()..].to_vec();
-        columns.push(Arc::new(UInt64Array::from_iter_values(
-            picked.iter().map(|&(_, r)| r as u64 + 1),
-        )));
+        columns.push(Arc::new(UInt64Array::from(ranks)));
         let ranked = RecordBatch::try_new(Arc::clone(&self.ranked_schema), columns)?;
         project(&self.projection, &ranked, &self.output_schema)
     }
 
-    /// The latest event time folded into key `g` (`MIN_TIME`: none; the
-    /// row's ordinal for a query without event time).
-    pub(crate) fn max_time(&self, g: usize) -> i64 {
-        self.tops[g].max_time
+    /// [`Self::kept_rows`] of every top, also those only the store holds
+    /// (after writing the changed ones there).
+    pub(crate) fn all_kept_rows(&mut self) -> Result<(RecordBatch, Vec<i64>)> {
+        if !self.backing.as_ref().is_some_and(|b| b.cold) {
+            return self.kept_rows();
+        }
+        let k = self.partition_exprs.len();
+        let (mut entries, mut times) = (Vec::new(), Vec::new());
+        for rows in &self.stored_tops()? {
+            let tops = rows.column(k).as_binary::<i32>();
+            let max_times = rows.column(k + 1).as_primitive::<Int64Type>();
+            for i in 0..rows.num_rows() {
+                for e in decode_entries(tops.value(i))? {
+                    entries.push(e);
+                    times.push(max_times.value(i));
+                }
+            }
+        }
+        let rows = self.rows_of(
+            entries
+                .iter()
+                .map(|e| (e.row.as_slice(), u64::from(e.shown))),
+        )?;
+        Ok((rows, times))
+    }
+
+    /// Every top in the store, as stored, after writing the changed ones there.
+    fn stored_tops(&mut self) -> Result<Vec<RecordBatch>> {
+        self.persist()?;
+        let mut stored = Vec::new();
+        let b = self.backing.as_mut().expect("cold tops have a store");
+        b.table.scan(|rows| {
+            stored.push(rows);
+            Ok(())
+        })?;
+        Ok(stored)
     }
 
     /// Whether rows carry event times (their keys' times are timestamps).
     pub(crate) fn has_event_time(&self) -> bool {
         self.has_event_time
-    }
-
-    /// Rows kept per key.
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Every kept row, as (key, 0-based rank), each already emitted at its
-    /// rank: between grid points a top-N holds no row it has not emitted.
-    pub(crate) fn kept(&self) -> Result<Vec<(usize, usize)>> {
-        let mut all = Vec::new();
-        for (g, top) in self.tops.iter().enumerate() {
-            for (r, e) in top.entries.iter().enumerate() {
-                if e.shown != r as u32 + 1 {
-                    return Err(EngineError::Checkpoint(format!(
-                        "top-N state: a kept row at rank {} was last emitted at rank {}",
-                        r + 1,
-                        e.shown
-                    )));
-                }
-                all.push((g, r));
-            }
-        }
-        Ok(all)
     }
 
     /// Every kept row as a batch: partition keys, ORDER BY values, the kept
@@ -557,13 +693,7 @@ impl RankOperator {
         if !self.backing.as_ref().is_some_and(|b| b.cold) {
             return self.state_batch();
         }
-        self.persist()?;
-        let mut stored = Vec::new();
-        let b = self.backing.as_mut().expect("cold tops have a store");
-        b.table.scan(|rows| {
-            stored.push(rows);
-            Ok(())
-        })?;
+        let stored = self.stored_tops()?;
         let k = self.partition_exprs.len();
         let mut parts = Vec::with_capacity(stored.len());
         for rows in stored {
@@ -896,7 +1026,7 @@ mod tests {
     }
 
     fn kept_rows(op: &RankOperator) -> Vec<String> {
-        let rows = op.rows(&op.kept().unwrap()).unwrap();
+        let rows = op.kept_rows().unwrap().0;
         let text = arrow::util::pretty::pretty_format_batches(&[rows]).unwrap();
         text.to_string().lines().map(String::from).collect()
     }
@@ -953,6 +1083,6 @@ mod tests {
         let mut new = operator();
         new.restore(snapshot).unwrap();
         assert_eq!(kept_rows(&new), rows);
-        assert_eq!(new.max_time(0), 3);
+        assert_eq!(new.tops[0].max_time, 3);
     }
 }

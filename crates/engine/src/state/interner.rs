@@ -158,6 +158,17 @@ impl Interner {
         }
     }
 
+    /// Keeps only the keys of `survivors` (ascending), renumbered from 0
+    /// in that order (an eviction's survivors).
+    pub fn retain(&mut self, survivors: &[usize]) -> Result<()> {
+        let keys = self.keys(survivors)?;
+        let mut kept = Interner::new(&self.fields)?;
+        let mut numbered = Vec::with_capacity(survivors.len());
+        kept.intern(&keys, survivors.len(), &mut numbered)?;
+        *self = kept;
+        Ok(())
+    }
+
     /// All key columns, group `i` at row `i`.
     pub fn all_keys(&mut self) -> Result<Vec<ArrayRef>> {
         self.consolidate()?;
