@@ -32,6 +32,23 @@ impl Cursor {
         self.skip_used_blocks()
     }
 
+    /// Moves to the first row whose key is at or after `start`, reading
+    /// no block before the one that may hold it.
+    fn seek(&mut self, start: &[u8]) -> Result<()> {
+        let Some(first) = self.run.first_block_from(start) else {
+            self.next_block = self.run.blocks();
+            self.block = None;
+            return Ok(());
+        };
+        self.next_block = first;
+        self.block = None;
+        self.load_first()?;
+        while self.key().is_some_and(|k| k < start) {
+            self.advance()?;
+        }
+        Ok(())
+    }
+
     fn skip_used_blocks(&mut self) -> Result<()> {
         while self.block.as_ref().is_none_or(|b| self.row >= b.len()) {
             if self.next_block >= self.run.blocks() {
@@ -95,6 +112,27 @@ impl Merge {
         expiry: Option<Expiry>,
         values: SchemaRef,
     ) -> Result<Self> {
+        Self::open(runs, None, keep_tombstones, expiry, values)
+    }
+
+    /// [`Self::new`] over the keys at or after `start` only: a run whose
+    /// keys all come before it is never read, nor are the blocks before it.
+    pub fn from_key(
+        runs: &[Arc<Run>],
+        start: &[u8],
+        expiry: Option<Expiry>,
+        values: SchemaRef,
+    ) -> Result<Self> {
+        Self::open(runs, Some(start), false, expiry, values)
+    }
+
+    fn open(
+        runs: &[Arc<Run>],
+        start: Option<&[u8]>,
+        keep_tombstones: bool,
+        expiry: Option<Expiry>,
+        values: SchemaRef,
+    ) -> Result<Self> {
         let mut cursors = Vec::with_capacity(runs.len());
         for run in runs {
             let mut c = Cursor {
@@ -103,7 +141,10 @@ impl Merge {
                 block: None,
                 row: 0,
             };
-            c.load_first()?;
+            match start {
+                Some(start) => c.seek(start)?,
+                None => c.load_first()?,
+            }
             cursors.push(c);
         }
         Ok(Self {

@@ -602,6 +602,15 @@ impl Run {
         Some(partition_point(self.blocks(), |i| self.fence(i) <= key) - 1)
     }
 
+    /// The first block that may hold a key at or after `key`, or `None`
+    /// when every key of the run is before it.
+    pub fn first_block_from(&self, key: &[u8]) -> Option<usize> {
+        if self.fence_ends.is_empty() || key > self.last_key.as_slice() {
+            return None;
+        }
+        Some(partition_point(self.blocks(), |i| self.fence(i) <= key).saturating_sub(1))
+    }
+
     /// Reads and decodes block `i` (in memory: shares it).
     pub fn read_block(&self, i: usize) -> Result<Block> {
         let (path, file, decoder, blocks) = match &self.body {

@@ -90,10 +90,14 @@ const LOG_COLUMNS: [(&str, DataType); 3] = [
     ("__ubik_tick", DataType::Int64),
 ];
 
-/// The markers' keys, after every arrival number; their value is the
-/// next arrival number and the last point expired.
+/// The markers' keys, after every arrival number; their values are the
+/// lowest arrival number a restore may need (rows before it were all taken
+/// out: a restore reads from there on), the next arrival number and the
+/// last point expired.
+const FIRST_LIVE: u64 = u64::MAX - 2;
 const NEXT_SEQ: u64 = u64::MAX - 1;
 const THROUGH: u64 = u64::MAX;
+const MARKERS: usize = 3;
 
 impl PendingRows {
     /// `column` names the value column in snapshots.
@@ -231,6 +235,14 @@ impl PendingRows {
                     None => self.max_taken,
                 };
                 let through = log.through.max(gone);
+                // Rows of later points may still be wanted; none before the
+                // lowest arrival number among them.
+                let first_live = self
+                    .by_tick
+                    .range(through.saturating_add(1)..)
+                    .flat_map(|(_, parts)| parts.iter().map(|q| q.seq))
+                    .min()
+                    .unwrap_or(self.next_seq);
                 let mut fresh: Vec<(i64, &mut Queued)> = self
                     .by_tick
                     .range_mut(through.saturating_add(1)..)
@@ -241,7 +253,7 @@ impl PendingRows {
                 if bytes < log.min_bytes {
                     fresh.clear();
                 }
-                log.write(fresh, through, self.next_seq)?
+                log.write(fresh, through, [first_live, self.next_seq])?
             }
             None => 0,
         };
@@ -340,7 +352,7 @@ impl PendingLog {
         &mut self,
         mut fresh: Vec<(i64, &mut Queued)>,
         through: i64,
-        next_seq: u64,
+        [first_live, next_seq]: [u64; 2],
     ) -> Result<u64> {
         let mut taken = std::mem::take(&mut self.taken);
         // In arrival order, the markers last: the keys come sorted (rows
@@ -356,7 +368,7 @@ impl PendingLog {
             return Ok(0);
         }
         let added: usize = fresh.iter().map(|(_, q)| q.part.values.len()).sum();
-        let rows = deleted + added + 2;
+        let rows = deleted + added + MARKERS;
         let mut keys = Vec::with_capacity(rows);
         for &(first, n, _) in &taken {
             keys.extend((first..first + n as u64).map(u64::to_be_bytes));
@@ -369,6 +381,7 @@ impl PendingLog {
             values.extend_from_slice(&q.part.values);
             ticks.extend(std::iter::repeat_n(*tick, n));
         }
+        keys.push(FIRST_LIVE.to_be_bytes());
         keys.push(NEXT_SEQ.to_be_bytes());
         keys.push(THROUGH.to_be_bytes());
         let own = self.schema.fields().len() - LOG_COLUMNS.len();
@@ -381,11 +394,11 @@ impl PendingLog {
                     .iter()
                     .map(|(_, q)| Arc::clone(q.part.batch.column(c))),
             );
-            pieces.push(new_null_array(data_type, 2));
+            pieces.push(new_null_array(data_type, MARKERS));
             let refs: Vec<&dyn Array> = pieces.iter().map(|a| a.as_ref()).collect();
             columns.push(arrow::compute::concat(&refs)?);
         }
-        let with = |v: Vec<i64>, markers: [i64; 2]| {
+        let with = |v: Vec<i64>, markers: [i64; MARKERS]| {
             Arc::new(Int64Array::from_iter(
                 pad(deleted)
                     .chain(v.into_iter().map(Some))
@@ -395,11 +408,11 @@ impl PendingLog {
         columns.push(Arc::new(UInt32Array::from_iter(
             pad(deleted)
                 .chain(partitions.into_iter().map(Some))
-                .chain([None, None]),
+                .chain([None; MARKERS]),
         )));
-        columns.push(with(values, [next_seq as i64, through]));
+        columns.push(with(values, [first_live as i64, next_seq as i64, through]));
         // The markers never expire.
-        columns.push(with(ticks, [i64::MAX; 2]));
+        columns.push(with(ticks, [i64::MAX; MARKERS]));
         let batch = RecordBatch::try_new_with_options(
             Arc::clone(&self.schema),
             columns,
@@ -425,9 +438,20 @@ impl PendingLog {
     /// expired ones), and the next arrival number.
     fn read(&mut self, source: &SchemaRef) -> Result<Logged> {
         let table = self.table;
+        let own = source.fields().len();
         let stored = self.store.with(|s| {
+            // Rows before the lowest arrival number still wanted are not
+            // read (a log written before that marker is read whole).
+            let marker = s.get(table, &[FIRST_LIVE.to_be_bytes().as_slice()])?;
+            let start = match marker.found.first() {
+                Some(_) => {
+                    let first = marker.values.column(own + 1).as_primitive::<Int64Type>();
+                    first.value(0) as u64
+                }
+                None => 0,
+            };
             let mut stored = Vec::new();
-            let mut scan = s.scan(table)?;
+            let mut scan = s.scan_from(table, &start.to_be_bytes())?;
             while let Some(batch) = scan.next_batch()? {
                 stored.push(batch);
             }
@@ -438,7 +462,6 @@ impl PendingLog {
                 "rows waiting for the watermark: a stored row is damaged".into(),
             )
         };
-        let own = source.fields().len();
         let columns: Vec<usize> = (0..own).collect();
         let (mut next_seq, mut through) = (None, None);
         let mut rows_of = Vec::new();
@@ -449,7 +472,7 @@ impl PendingLog {
                 .collect::<Option<Vec<u64>>>()
                 .ok_or_else(damaged)?;
             let values = rows.column(own + 1).as_primitive::<Int64Type>();
-            for (at, &seq) in seqs.iter().enumerate().rev().take(2) {
+            for (at, &seq) in seqs.iter().enumerate().rev().take(MARKERS) {
                 match seq {
                     NEXT_SEQ => next_seq = Some(values.value(at) as u64),
                     THROUGH => through = Some(values.value(at)),
@@ -483,7 +506,7 @@ impl PendingLog {
                 {
                     end += 1;
                 }
-                if seqs[start] < NEXT_SEQ && tick > through {
+                if seqs[start] < FIRST_LIVE && tick > through {
                     // Copied out: a slice would hold (and count) the whole batch.
                     let slice = own_rows.slice(start, end - start);
                     let batch = RecordBatch::try_new(
@@ -641,5 +664,40 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), seqs.len(), "arrival numbers {seqs:?}");
+    }
+
+    /// Once points are taken out, the log records the lowest arrival number
+    /// still wanted, and a restore reads from there on (the rows before it
+    /// are never read) and holds exactly what was held.
+    #[test]
+    fn a_restore_reads_the_log_from_the_first_row_still_wanted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SharedStore::durable(StateStore::open(dir.path(), StoreOptions::default()).unwrap());
+        let mut rows = held(&store);
+        let mut entries = Vec::new();
+        for point in 1..=10 {
+            rows.push(point, part(point * 100, 3));
+            rows.snapshot(&mut entries).unwrap();
+        }
+        for point in 1..=8 {
+            rows.take(point);
+        }
+        rows.snapshot(&mut entries).unwrap();
+        assert!(entries.is_empty(), "every part is logged");
+        let first_live = |rows: &PendingRows, store: &SharedStore| {
+            let table = rows.log.as_ref().unwrap().table;
+            store
+                .with(|s| Ok(s.get(table, &[FIRST_LIVE.to_be_bytes().as_slice()])?))
+                .unwrap()
+                .values
+                .column(2)
+                .as_primitive::<Int64Type>()
+                .value(0)
+        };
+        // Point 9's rows arrived 25th to 27th.
+        assert_eq!(first_live(&rows, &store), 24);
+        let (rows, _store) = restart(dir.path(), rows, store);
+        assert_eq!(contents(&rows), vec![(9, vec![900]), (10, vec![1000])]);
     }
 }
