@@ -593,13 +593,12 @@ impl Run {
     /// run cannot hold it (outside its key range, or ruled out by the bloom filter).
     pub fn block_for(&self, key: &[u8], h: u64) -> Option<usize> {
         if self.fence_ends.is_empty()
-            || key > self.last_key.as_slice()
             || key < self.fence(0)
             || self.bloom.as_ref().is_some_and(|b| !b.may_contain(h))
         {
             return None;
         }
-        Some(partition_point(self.blocks(), |i| self.fence(i) <= key) - 1)
+        self.first_block_from(key)
     }
 
     /// The first block that may hold a key at or after `key`, or `None`

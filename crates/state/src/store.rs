@@ -660,14 +660,8 @@ impl StateStore {
     /// Every current row of `table`, in key order (the last compaction's
     /// and later writes merged).
     pub fn scan(&mut self, table: TableId) -> Result<Scan> {
-        self.sort_runs(table)?;
-        let t = &self.tables[table.0];
-        Ok(Scan(Merge::new(
-            &t.runs,
-            false,
-            t.expiry,
-            Arc::clone(&t.values),
-        )?))
+        // No key comes before the empty one.
+        self.scan_from(table, &[])
     }
 
     /// The current rows of `table` whose keys are at or after `start`, in
