@@ -3,7 +3,7 @@
 # from a worktree of the commit before the state store; without it only this build runs).
 # The query is the seed's continuous GROUP BY over the demo source, keys uniform unless said.
 #
-#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint held tick budget skew ranks regroup windows joins over sessions"]
+#   BEFORE=/path/to/old/ubik bench/state-scale.sh [SECTIONS="oracle checkpoint held tick budget skew ranks regroup windows joins over interval sessions"]
 #
 # oracle      spilling run (--state-memory 16MiB) == run in memory, byte for byte; its latest row
 #             per key == DuckDB's GROUP BY over the same events (ORACLE_EVENTS, default 2 M, 1 M keys)
@@ -27,6 +27,9 @@
 # skew        10x more state than the budget (SKEW_KEYS, default 10 M keys, --state-memory
 #             SKEW_BUDGET, default 256MiB): uniform keys against skew=0.9 (1% of the keys get
 #             63% of the events), against the same without a budget
+# interval    an interval join that holds every bid an hour of event time (longer than the run)
+#             and Nexmark q9, INTERVAL_EVENTS (default 5 M) events, in memory and under
+#             --state-memory INTERVAL_BUDGET (default 256MiB): wall, peak RSS, the same bytes
 # ranks       Nexmark q18 (the latest bid per bidder and auction: a top-1 whose state grows with
 #             every pair seen) over RANK_EVENTS (default 10 M) bids, in memory against
 #             --state-memory RANK_BUDGET (default 64MiB): wall, peak RSS, the same changelog bytes
@@ -56,7 +59,7 @@
 #             checkpoint against the build before, the same changelog bytes
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins over sessions"}
+SECTIONS=${1:-"oracle checkpoint held tick budget skew ranks regroup windows joins over interval sessions"}
 RELEASE_PACKAGES=ubik-cli
 source bench/common.sh
 WORK=$(mktemp -d)
@@ -275,6 +278,42 @@ for section in $SECTIONS; do
     cmp "$WORK/q6-after.jsonl" "$WORK/q6-spill.jsonl"
     echo "the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/q6-spill.jsonl") records)"
     rm -rf "$WORK/ock"
+    ;;
+  interval)
+    N=${INTERVAL_EVENTS:-5000000}
+    B=${INTERVAL_BUDGET:-256MiB}
+    STEP=$((N / 10))
+    nexmark=(--from "nexmark://bid?events=$N" --from "nexmark://auction?events=$N")
+    # Each bid joins its auction when made within an hour around the auction's start: every bid
+    # is held an hour of event time (the whole run) for an auction that might still come.
+    cat > "$WORK/interval.sql" <<'SQL'
+SELECT A.category, TUMBLE(B.date_time, INTERVAL '10' SECOND) AS w, count(*) AS n, sum(B.price) AS total
+FROM auction A JOIN bid B ON A.id = B.auction
+  AND B.date_time BETWEEN A.date_time - INTERVAL '1' HOUR AND A.date_time + INTERVAL '1' HOUR
+GROUP BY A.category, TUMBLE(B.date_time, INTERVAL '10' SECOND)
+SQL
+    echo "== an interval join holding every row an hour (the whole run), $N Nexmark events, a checkpoint every $STEP events"
+    echo "| query | run | wall | peak RSS |"
+    echo "|---|---|---|---|"
+    for q in "$WORK/interval.sql" bench/nexmark/q9.sql; do
+      name=$(basename "$q" .sql)
+      for build in $(builds) spill; do
+        rm -rf "$WORK/ick"
+        bin=$UBIK
+        [[ $build == before ]] && bin=$BEFORE
+        budget=()
+        [[ $build == spill ]] && budget=(--state-memory "$B")
+        read -r s rss < <(QUERY_FILE=$q run "$bin" "$WORK/$name-$build.jsonl" "${nexmark[@]}" \
+          --checkpoint "$WORK/ick" --checkpoint-every "$STEP" --checkpoint-interval 1h "${budget[@]}")
+        label=$build
+        [[ $build == spill ]] && label="after, --state-memory $B"
+        echo "| $name | $label | ${s}s | ${rss} MB |"
+      done
+      [[ -f $WORK/$name-before.jsonl ]] && cmp "$WORK/$name-before.jsonl" "$WORK/$name-after.jsonl"
+      cmp "$WORK/$name-after.jsonl" "$WORK/$name-spill.jsonl"
+      echo "$name: the spilling run's changelog equals the in-memory run's, byte for byte ($(wc -l < "$WORK/$name-spill.jsonl") records)"
+    done
+    rm -rf "$WORK/ick"
     ;;
   held)
     N=${HELD_EVENTS:-4000000}

@@ -509,8 +509,9 @@ impl Query {
         };
         let store_memory = store.if_open(|s| s.memory()).unwrap_or(0);
         let operator = self.operator.as_ref().map_or(0, |o| o.state_size());
-        // A join's stream rows stay in memory; its versioned table and its
-        // sides' aggregations spill.
+        // A temporal join's stream rows stay in memory; its versioned
+        // table, an interval join's fired rows and the sides' aggregations
+        // spill.
         let sides = self.join.as_ref().map_or(0, JoinNode::spillable);
         let fixed = self
             .join
@@ -824,7 +825,7 @@ impl Query {
             let (join, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut operator.batches)
                 .into_iter()
                 .partition(|(e, _)| matches!(e, StateEntry::JoinSide(_) | StateEntry::Side(..)));
-            j.restore(join, self.fired)?;
+            j.restore(join, self.fired, self.state.memory)?;
             operator.batches = rest;
         }
         if let Some(op) = self.operator.as_mut() {

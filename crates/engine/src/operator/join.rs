@@ -41,8 +41,11 @@
 //!
 //! A side's rows are a [`SideRows`]. With a state store, a versioned
 //! table's keys may leave memory under the budget, and checkpoints write
-//! the keys whose versions changed ([`StoredVersions`]); stream rows and an
-//! interval join's rows, bounded by the watermark, stay in memory.
+//! the keys whose versions changed ([`StoredVersions`]); an interval join's
+//! fired rows leave memory by key ([`spill`]); a temporal join's stream
+//! rows, which wait only until they fire, stay in memory.
+
+mod spill;
 
 use std::sync::Arc;
 
@@ -58,14 +61,17 @@ use arrow::row::{RowConverter, SortField};
 
 use crate::error::{EngineError, Result};
 use crate::operator::eval::{eval_array, eval_predicate};
-use crate::operator::join_log::RowLog;
+use crate::operator::join_log::{Logged, RowLog};
 use crate::operator::join_rows::{HeldRows, SideRows, pick};
-use crate::operator::join_versions::StoredVersions;
+use crate::operator::join_versions::{Bookkeeping, StoredVersions};
 use crate::plan::{JoinKind, JoinPlan};
 use crate::state::interner::Interner;
 use crate::state::keyed::Evicted;
 use crate::state::{SharedStore, StateEntry};
-use crate::time::to_micros;
+use crate::time::{MIN_TIME, to_micros};
+
+/// Stored rows a restore reads from a side's log at a time.
+const RESTORE_CHUNK_ROWS: usize = 64 * 1024;
 
 /// Key id of a row with a null key column: it never matches.
 pub(super) const NULL_KEY: u32 = u32::MAX;
@@ -106,6 +112,11 @@ pub struct JoinOperator {
     versions: Option<StoredVersions>,
     /// Per side, its rows in a durable store (not a versioned table's).
     logs: [Option<RowLog>; 2],
+    /// An interval join's sides' rows moved out under the budget ([`spill`]).
+    spilled: Option<[StoredVersions; 2]>,
+    /// The watermark the join has fired up to: rows with an earlier
+    /// effective time fired, rows expiring before it are gone.
+    fired_through: i64,
 }
 
 impl JoinOperator {
@@ -139,10 +150,29 @@ impl JoinOperator {
                 &format!("{path}versions"),
                 Arc::clone(&plan.sides[table].schema),
                 &key_fields,
+                false,
             )?,
             _ => None,
         };
         let pads = plan.left_outer && table.is_none();
+        let spilled = match (table, store) {
+            (None, Some((store, path))) => {
+                let side = |s: usize| {
+                    StoredVersions::new(
+                        store,
+                        &format!("{path}spilled/{s}"),
+                        Arc::clone(&plan.sides[s].schema),
+                        &key_fields,
+                        true,
+                    )
+                };
+                match (side(0)?, side(1)?) {
+                    (Some(left), Some(right)) => Some([left, right]),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         let mut logs = [None, None];
         if let Some((store, path)) = store.filter(|(s, _)| s.is_durable()) {
             for (s, log) in logs.iter_mut().enumerate() {
@@ -160,6 +190,8 @@ impl JoinOperator {
         Ok(Self {
             versions,
             logs,
+            spilled,
+            fired_through: MIN_TIME,
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
             interner: Interner::new(&key_fields)?,
             stores: [0, 1]
@@ -206,6 +238,7 @@ impl JoinOperator {
             })
             .collect();
         let table = self.table_side();
+        self.take_back(&keys)?;
         if let Some(v) = self.versions.as_mut() {
             v.grow(self.interner.len());
             v.touch(&keys);
@@ -306,7 +339,7 @@ impl JoinOperator {
         let held = store.held(&entries)?;
         let groups: Vec<usize> = ids.iter().map(|&k| k as usize).collect();
         let keys = self.interner.keys(&groups)?;
-        v.write(keys, &counts, &held)
+        v.write(keys, &counts, &held, &Bookkeeping::default())
     }
 
     /// Writes the versions changed since they were last written.
@@ -318,16 +351,25 @@ impl JoinOperator {
         self.write_versions(&changed)
     }
 
-    /// After the state store was restored: keys not in memory may be in it.
+    /// After the state store was restored: keys not in memory may be in
+    /// it. An interval join's rows come from its log instead.
     pub fn restored(&mut self) -> Result<()> {
+        for s in self.spilled.iter_mut().flatten() {
+            s.clear()?;
+        }
         match self.versions.as_mut() {
             Some(v) => v.restored(),
             None => Ok(()),
         }
     }
 
-    /// Bytes the versioned table holds in memory (what [`Self::spill`] can move).
+    /// Bytes of the state [`Self::spill`] can move: a versioned table's,
+    /// or an interval join's rows.
     pub fn spillable(&self) -> usize {
+        if let Some(spilled) = &self.spilled {
+            let sides: usize = self.stores.iter().map(SideRows::size).sum();
+            return sides + spilled.iter().map(StoredVersions::size).sum::<usize>();
+        }
         match (self.table_side(), &self.versions) {
             (Some(table), Some(v)) => self.stores[table].size() + v.size(),
             _ => 0,
@@ -338,6 +380,9 @@ impl JoinOperator {
     /// about `target` bytes of the versioned table are held, writing those
     /// changed since they were last written.
     pub fn spill(&mut self, target: usize) -> Result<Evicted> {
+        if self.spilled.is_some() {
+            return self.spill_rows(target);
+        }
         let held = self.spillable();
         let (Some(table), Some(v)) = (self.table_side(), self.versions.as_ref()) else {
             return Ok(Evicted::default());
@@ -372,32 +417,55 @@ impl JoinOperator {
     }
 
     /// After a restore from a durable store: reads back the rows the sides
-    /// held at the checkpoint, whose watermark was `watermark`.
-    pub fn read_logs(&mut self, watermark: i64) -> Result<()> {
+    /// held at the checkpoint, whose watermark was `watermark`, and marks
+    /// those before it fired. With a `memory` budget, an interval join
+    /// spills as it reads, so it never holds much more than the budget.
+    pub fn read_logs(&mut self, watermark: i64, memory: Option<usize>) -> Result<()> {
         for side in 0..2 {
-            let Some(log) = self.logs[side].as_mut() else {
+            let Some(mut log) = self.logs[side].take() else {
                 continue;
             };
-            let logged = log.read(watermark)?;
-            if logged.seq.is_empty() {
-                continue;
-            }
-            let first = self.stores[side].seq.len();
-            let HeldRows {
-                rows,
-                times,
-                effective,
-                present,
-            } = logged.held;
-            // Effective times stand in for stamps: the later of a row's time
-            // and its stamp is its effective time.
-            self.insert(side, rows, &times, Some(&effective), Some(&present))?;
-            let rows = &mut self.stores[side];
-            rows.seq[first..].copy_from_slice(&logged.seq);
-            rows.matched[first..].copy_from_slice(&logged.matched);
-            rows.next_seq = rows.next_seq.max(logged.seq.last().map_or(0, |s| s + 1));
+            let read = log.read(watermark, RESTORE_CHUNK_ROWS, |logged| {
+                self.restore_logged(side, logged, watermark, memory)
+            });
+            self.logs[side] = Some(log);
+            read?;
         }
         Ok(())
+    }
+
+    /// Takes in rows of `side` read back from its log.
+    fn restore_logged(
+        &mut self,
+        side: usize,
+        logged: Logged,
+        watermark: i64,
+        memory: Option<usize>,
+    ) -> Result<()> {
+        let first = self.stores[side].seq.len();
+        let HeldRows {
+            rows,
+            times,
+            effective,
+            present,
+        } = logged.held;
+        // Effective times stand in for stamps: the later of a row's time
+        // and its stamp is its effective time.
+        self.insert(side, rows, &times, Some(&effective), Some(&present))?;
+        let rows = &mut self.stores[side];
+        rows.seq[first..].copy_from_slice(&logged.seq);
+        rows.matched[first..].copy_from_slice(&logged.matched);
+        rows.next_seq = rows.next_seq.max(logged.seq.last().map_or(0, |s| s + 1));
+        // Emitted before the checkpoint.
+        rows.take_fresh(watermark);
+        self.fired_through = self.fired_through.max(watermark);
+        match memory {
+            Some(budget) if self.spilled.is_some() && self.spillable() > budget => {
+                self.spill_rows(budget / 10 * 6)?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Marks every row before `watermark` as fired without emitting
@@ -406,6 +474,7 @@ impl JoinOperator {
         for s in &mut self.stores {
             s.take_fresh(watermark);
         }
+        self.fired_through = self.fired_through.max(watermark);
     }
 
     /// The watermark advanced to `watermark`: the pairs it completes.
@@ -440,6 +509,8 @@ impl JoinOperator {
             }
         }
         let out = self.emit(parts)?;
+        self.fired_through = self.fired_through.max(watermark);
+        self.expire_spilled(watermark)?;
         for s in 0..2 {
             self.stores[s].expire(watermark, None);
             if let Some(log) = self.logs[s].as_mut() {
@@ -497,6 +568,9 @@ impl JoinOperator {
         }
         if let Some(v) = self.versions.as_mut() {
             v.renumber(&renumber, kept.len());
+        }
+        for s in self.spilled.iter_mut().flatten() {
+            s.renumber(&renumber, kept.len());
         }
         Ok(())
     }
@@ -766,10 +840,21 @@ impl JoinOperator {
                     continue;
                 }
             }
+            let spilled = self.spilled_rows(side)?;
             let store = &self.stores[side];
             let picked = store.alive_entries();
-            let matched = (self.pads() && side == 0).then(|| pick(&store.matched, &picked));
-            out.push((entry, side_batch(store.held(&picked)?, matched)?));
+            let mut held = vec![store.held(&picked)?];
+            let mut matched = pick(&store.matched, &picked);
+            for (rows, m) in spilled {
+                held.push(rows);
+                matched.extend(m);
+            }
+            let held = match held.len() {
+                1 => held.pop().expect("one part"),
+                _ => HeldRows::concat(&store.schema, held)?,
+            };
+            let matched = (self.pads() && side == 0).then_some(matched);
+            out.push((entry, side_batch(held, matched)?));
         }
         Ok(out)
     }

@@ -10,8 +10,9 @@
 //! drops them with no tombstones). A LEFT join's left rows that found a
 //! match are listed in a second table, since a row is written before it
 //! knows. Restoring reads back the rows alive at the checkpoint's
-//! watermark, in arrival order, and their matches. The rows stay in memory
-//! all along: this is about what a checkpoint costs, not about memory.
+//! watermark, in arrival order, and their matches. Under the memory budget
+//! an interval join moves fired rows out by key once they are logged
+//! (`JoinOperator::spill`).
 
 use std::sync::Arc;
 
@@ -119,9 +120,10 @@ impl RowLog {
     /// Writes the rows of `side` that arrived since the last checkpoint,
     /// and the matches found since; returns the bytes written.
     pub fn checkpoint(&mut self, side: &SideRows) -> Result<u64> {
-        let first = side.seq.partition_point(|&s| s < self.logged);
-        let fresh: Vec<u32> = (first..side.seq.len())
-            .filter(|&e| side.alive[e])
+        // Rows read back from the store after a spill (logged before it)
+        // follow newer ones: the sequence numbers are not in entry order.
+        let fresh: Vec<u32> = (0..side.seq.len())
+            .filter(|&e| side.alive[e] && side.seq[e] >= self.logged)
             .map(|e| e as u32)
             .collect();
         let mut written = 0;
@@ -170,15 +172,17 @@ impl RowLog {
     }
 
     /// The rows alive at a checkpoint whose watermark was `watermark` (those
-    /// expiring before it were gone), in arrival order.
-    pub fn read(&mut self, watermark: i64) -> Result<Logged> {
+    /// expiring before it were gone), in arrival order, handed to `each`
+    /// about `chunk` stored rows at a time: the store is read again from the
+    /// next row after each, so `each` may spill (and write) between them.
+    pub fn read(
+        &mut self,
+        watermark: i64,
+        chunk: usize,
+        mut each: impl FnMut(Logged) -> Result<()>,
+    ) -> Result<()> {
         let (rows_table, matches_table) = (self.rows, self.matches);
-        let (parts, matched_seqs) = self.store.with(|s| {
-            let mut parts = Vec::new();
-            let mut scan = s.scan(rows_table)?;
-            while let Some((keys, rows)) = scan.next_batch()? {
-                parts.push((keys, rows));
-            }
+        let mut matched = self.store.with(|s| {
             let mut matched = Vec::new();
             if let Some(table) = matches_table {
                 let mut scan = s.scan(table)?;
@@ -188,8 +192,47 @@ impl RowLog {
                     }
                 }
             }
-            Ok((parts, matched))
+            Ok(matched)
         })?;
+        matched.sort_unstable();
+        self.expired_before = watermark;
+        let mut from = 0u64;
+        loop {
+            let parts = self.store.with(|s| {
+                let mut parts = Vec::new();
+                let mut read = 0;
+                let mut scan = s.scan_from(rows_table, &from.to_be_bytes())?;
+                while read < chunk {
+                    let Some((keys, rows)) = scan.next_batch()? else {
+                        break;
+                    };
+                    read += rows.num_rows();
+                    parts.push((keys, rows));
+                }
+                Ok(parts)
+            })?;
+            let Some(last) = parts
+                .last()
+                .and_then(|(keys, _)| keys.iter().flatten().last())
+            else {
+                return Ok(());
+            };
+            from = seq_of(last)? + 1;
+            let logged = self.alive_rows(parts, watermark, &matched)?;
+            self.logged = self.logged.max(from);
+            if !logged.seq.is_empty() {
+                each(logged)?;
+            }
+        }
+    }
+
+    /// Of stored `parts`, the rows alive at `watermark` with their matches.
+    fn alive_rows(
+        &self,
+        parts: Vec<(BinaryArray, RecordBatch)>,
+        watermark: i64,
+        matched: &[u64],
+    ) -> Result<Logged> {
         let n = self.side_schema.fields().len();
         let own: Vec<usize> = (0..n).collect();
         let mut logged = Logged {
@@ -219,15 +262,11 @@ impl RowLog {
             batches.push(rows.project(&own)?);
         }
         logged.held.rows = arrow::compute::concat_batches(&self.side_schema, &batches)?;
-        let mut matched_seqs = matched_seqs;
-        matched_seqs.sort_unstable();
         logged.matched = logged
             .seq
             .iter()
-            .map(|s| matched_seqs.binary_search(s).is_ok())
+            .map(|s| matched.binary_search(s).is_ok())
             .collect();
-        self.logged = logged.seq.last().map_or(0, |s| s + 1);
-        self.expired_before = watermark;
         Ok(logged)
     }
 }

@@ -431,12 +431,12 @@ impl JoinNode {
 
     /// After a restore: marks every row the tree emitted before the
     /// checkpoint (taken at query watermark `fired`) as fired.
-    fn skip_fired(&mut self, fired: i64) -> Result<()> {
-        self.operator.read_logs(self.own_watermark(fired))?;
+    fn skip_fired(&mut self, fired: i64, memory: Option<usize>) -> Result<()> {
+        self.operator.read_logs(self.own_watermark(fired), memory)?;
         self.operator.skip_fired(self.own_watermark(fired));
         for feed in &mut self.feeds {
             if let Feed::Join(inner) = feed {
-                inner.skip_fired(fired)?;
+                inner.skip_fired(fired, memory)?;
             }
         }
         Ok(())
@@ -462,10 +462,16 @@ impl JoinNode {
     }
 
     /// Restores a fresh tree from [`Self::snapshot`], taken when the query's
-    /// watermark had fired up to `fired`.
-    pub fn restore(&mut self, entries: Vec<(StateEntry, RecordBatch)>, fired: i64) -> Result<()> {
+    /// watermark had fired up to `fired`; an interval join's rows read back
+    /// from the store spill as they come under a `memory` budget.
+    pub fn restore(
+        &mut self,
+        entries: Vec<(StateEntry, RecordBatch)>,
+        fired: i64,
+        memory: Option<usize>,
+    ) -> Result<()> {
         self.restore_entries(entries)?;
-        self.skip_fired(fired)
+        self.skip_fired(fired, memory)
     }
 
     fn restore_entries(&mut self, entries: Vec<(StateEntry, RecordBatch)>) -> Result<()> {
@@ -498,9 +504,10 @@ impl JoinNode {
     }
 
     /// Moves cold state to the store until about `target` bytes of it are
-    /// held, each part keeping its share: a versioned table's versions and
-    /// the side aggregations' groups. Stream rows stay in memory (the
-    /// watermark bounds them).
+    /// held, each part keeping its share: a versioned table's versions, an
+    /// interval join's fired rows and the side aggregations' groups. A
+    /// temporal join's stream rows stay in memory (they wait only until
+    /// they fire).
     pub fn spill(&mut self, target: usize) -> Result<Evicted> {
         let own = self.operator.spillable();
         let sizes: Vec<usize> = self.feeds.iter().map(Feed::spillable).collect();

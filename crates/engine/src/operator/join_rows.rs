@@ -9,6 +9,7 @@ use arrow::compute::interleave;
 use arrow::datatypes::SchemaRef;
 
 use super::join::NULL_KEY;
+use super::join_versions::Bookkeeping;
 use super::time_queue::TimeQueue;
 use crate::error::Result;
 
@@ -115,6 +116,20 @@ impl SideRows {
     /// Takes in `held`, whose join keys are `keys`, expiring at `expiry`
     /// (never, without one).
     pub(super) fn push(&mut self, held: HeldRows, keys: &[u32], expiry: Option<&[i64]>) {
+        self.push_rows(held, keys, expiry, true);
+    }
+
+    /// Takes back rows that fired before they went to the state store,
+    /// with their bookkeeping: they wait for their expiry only.
+    pub(super) fn push_fired(&mut self, held: HeldRows, keys: &[u32], kept: Bookkeeping) {
+        let (first, next_seq) = (self.at.len(), self.next_seq);
+        self.push_rows(held, keys, Some(&kept.expires), false);
+        self.next_seq = next_seq;
+        self.seq[first..].copy_from_slice(&kept.seq);
+        self.matched[first..].copy_from_slice(&kept.matched);
+    }
+
+    fn push_rows(&mut self, held: HeldRows, keys: &[u32], expiry: Option<&[i64]>, unfired: bool) {
         let HeldRows {
             rows,
             times,
@@ -145,7 +160,9 @@ impl SideRows {
                     self.supersede.push(t, k);
                 }
             }
-            self.unfired.push(effective[i], e);
+            if unfired {
+                self.unfired.push(effective[i], e);
+            }
             if let Some(x) = expiry {
                 self.expiry.push(x[i], e);
             }

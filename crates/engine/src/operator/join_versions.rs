@@ -11,10 +11,15 @@
 //! since they were last written, so its cost follows the change, not the
 //! table. A key read back holds the same versions, in the same order, as
 //! the ones written, so the output does not depend on the budget.
+//!
+//! An interval join's sides use the same layout for the rows the budget
+//! moves out ([`StoredVersions::bookkept`]): each row also carries its
+//! expiry, sequence number and match, and each key's stored row its
+//! latest expiry, by which the store drops it once the watermark passes.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryBuilder, Int64Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -29,11 +34,26 @@ use crate::state::backing::{Backing, Dirty, key_column_fields};
 /// its presence (u8) and its row's length (u32), little-endian.
 const VERSION_HEADER: usize = 21;
 
+/// Bytes a bookkept row adds after [`VERSION_HEADER`]: its expiry (i64),
+/// sequence number (u64) and whether it matched (u8).
+const BOOKKEEPING: usize = 17;
+
+/// What an interval join keeps per row besides its columns, time and
+/// presence (see [`super::join_rows::SideRows`]).
+#[derive(Default)]
+pub(super) struct Bookkeeping {
+    pub expires: Vec<i64>,
+    pub seq: Vec<u64>,
+    pub matched: Vec<bool>,
+}
+
 /// Versions read back from the store, and per row the probe (key) it
 /// belongs to.
 pub(super) struct Loaded {
     pub held: HeldRows,
     pub probe: Vec<usize>,
+    /// Per row, with [`StoredVersions::bookkept`] (else empty).
+    pub kept: Bookkeeping,
 }
 
 pub(super) struct StoredVersions {
@@ -42,6 +62,9 @@ pub(super) struct StoredVersions {
     converter: RowConverter,
     schema: SchemaRef,
     durable: bool,
+    /// Rows carry [`Bookkeeping`], and the table a column of each key's
+    /// latest expiry.
+    bookkept: bool,
     /// Per join key id: memory holds all of the key's versions (it was read
     /// back, or the store held none when it was first seen).
     loaded: Vec<bool>,
@@ -53,12 +76,14 @@ pub(super) struct StoredVersions {
 impl StoredVersions {
     /// Table `name` of `store` behind versions of `schema`, keyed by
     /// `key_fields`; `None` if a column cannot be encoded as a row (such a
-    /// table stays in memory).
+    /// table stays in memory). With `bookkept`, an interval join side's
+    /// rows, each with its [`Bookkeeping`].
     pub fn new(
         store: &SharedStore,
         name: &str,
         schema: SchemaRef,
         key_fields: &[FieldRef],
+        bookkept: bool,
     ) -> Result<Option<Self>> {
         let fields = schema
             .fields()
@@ -70,6 +95,9 @@ impl StoredVersions {
         };
         let mut stored = key_column_fields(key_fields);
         stored.push(Arc::new(Field::new("versions", DataType::Binary, false)));
+        if bookkept {
+            stored.push(Arc::new(Field::new("expires", DataType::Int64, false)));
+        }
         let backing = Backing::new(
             store.clone(),
             name,
@@ -81,6 +109,7 @@ impl StoredVersions {
             converter,
             schema,
             durable: store.is_durable(),
+            bookkept,
             loaded: Vec::new(),
             last_used: Vec::new(),
             clock: 0,
@@ -146,7 +175,14 @@ impl StoredVersions {
         for &k in ids {
             self.loaded[k as usize] = true;
         }
-        self.decode(&found.found, &found.values, keys.len())
+        let loaded = self.decode(&found.found, &found.values, keys.len())?;
+        if self.bookkept && found.values.num_rows() > 0 {
+            // Memory holds the rows now, and moves them on: the table keeps
+            // exactly the keys not in memory, so a scan of it needs no
+            // second look at memory.
+            self.backing.delete(&found.values, keys.len())?;
+        }
+        Ok(loaded)
     }
 
     /// The versions in stored rows `values` (after `k` key columns); row
@@ -156,23 +192,31 @@ impl StoredVersions {
         let mut loaded = Loaded {
             held: HeldRows::empty(Arc::clone(&self.schema)),
             probe: Vec::new(),
+            kept: Bookkeeping::default(),
         };
+        let header = VERSION_HEADER + if self.bookkept { BOOKKEEPING } else { 0 };
         let mut rows: Vec<&[u8]> = Vec::new();
         for (j, &probe) in probes.iter().enumerate() {
             let mut bytes = blobs.value(j);
             while !bytes.is_empty() {
-                if bytes.len() < VERSION_HEADER {
+                if bytes.len() < header {
                     return Err(damaged());
                 }
                 let int = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
                 let len = u32::from_le_bytes(bytes[17..21].try_into().unwrap()) as usize;
-                let rest = &bytes[VERSION_HEADER..];
+                let rest = &bytes[header..];
                 if rest.len() < len {
                     return Err(damaged());
                 }
                 loaded.held.times.push(int(0));
                 loaded.held.effective.push(int(8));
                 loaded.held.present.push(bytes[16] != 0);
+                if self.bookkept {
+                    let kept = &mut loaded.kept;
+                    kept.expires.push(int(VERSION_HEADER));
+                    kept.seq.push(int(VERSION_HEADER + 8) as u64);
+                    kept.matched.push(bytes[VERSION_HEADER + 16] != 0);
+                }
                 loaded.probe.push(probe);
                 rows.push(&rest[..len]);
                 bytes = &rest[len..];
@@ -199,33 +243,52 @@ impl StoredVersions {
     }
 
     /// Writes the versions of keys with key columns `keys`: `held` holds
-    /// them key after key, `counts[i]` rows for key `i`, in arrival order.
-    /// Returns the bytes written.
-    pub fn write(&mut self, keys: Vec<ArrayRef>, counts: &[usize], held: &HeldRows) -> Result<u64> {
+    /// them key after key, `counts[i]` rows for key `i`, in arrival order,
+    /// with their `kept` bookkeeping if the table is bookkept. Returns the
+    /// bytes written.
+    pub fn write(
+        &mut self,
+        keys: Vec<ArrayRef>,
+        counts: &[usize],
+        held: &HeldRows,
+        kept: &Bookkeeping,
+    ) -> Result<u64> {
         if counts.is_empty() {
             return Ok(0);
         }
         let (times, effective, present) = (&held.times, &held.effective, &held.present);
         let encoded = self.converter.convert_columns(held.rows.columns())?;
         let mut blobs = BinaryBuilder::new();
+        let mut latest = Vec::with_capacity(counts.len());
         let mut blob = Vec::new();
         let mut at = 0;
         for &count in counts {
             blob.clear();
+            let mut expires = i64::MIN;
             for i in at..at + count {
                 let row = encoded.row(i);
                 blob.extend_from_slice(&times[i].to_le_bytes());
                 blob.extend_from_slice(&effective[i].to_le_bytes());
                 blob.push(present[i] as u8);
                 blob.extend_from_slice(&(row.as_ref().len() as u32).to_le_bytes());
+                if self.bookkept {
+                    blob.extend_from_slice(&kept.expires[i].to_le_bytes());
+                    blob.extend_from_slice(&kept.seq[i].to_le_bytes());
+                    blob.push(kept.matched[i] as u8);
+                    expires = expires.max(kept.expires[i]);
+                }
                 blob.extend_from_slice(row.as_ref());
             }
             blobs.append_value(&blob);
+            latest.push(expires);
             at += count;
         }
         let k = keys.len();
         let mut columns = keys;
         columns.push(Arc::new(blobs.finish()));
+        if self.bookkept {
+            columns.push(Arc::new(Int64Array::from(latest)));
+        }
         let batch = RecordBatch::try_new(Arc::clone(&self.backing.table.schema), columns)?;
         self.backing.write(&batch, k)
     }
@@ -321,11 +384,33 @@ impl StoredVersions {
             stored.push(rows);
             Ok(())
         })?;
-        let k = self.backing.table.schema.fields().len() - 1;
+        let k = self.backing.table.schema.fields().len() - 1 - self.bookkept as usize;
         for rows in stored {
             let probes: Vec<usize> = (0..rows.num_rows()).collect();
             each(self.decode(&probes, &rows, k)?)?;
         }
+        Ok(())
+    }
+
+    /// Rows expiring before `watermark` are gone (a bookkept table's key
+    /// goes once all of its rows have).
+    pub fn expired(&mut self, watermark: i64) -> Result<()> {
+        if !self.bookkept || !self.backing.cold {
+            return Ok(());
+        }
+        let table = self.backing.table.id()?;
+        let column = self.backing.table.schema.fields().len() - 1;
+        self.backing
+            .table
+            .store
+            .with(|s| Ok(s.set_expiry(table, column, watermark.saturating_sub(1))?))
+    }
+
+    /// Forgets every stored key (a restore reads an interval join's rows
+    /// from its log instead): memory holds every key whole.
+    pub fn clear(&mut self) -> Result<()> {
+        self.backing.drop_table()?;
+        self.loaded.iter_mut().for_each(|l| *l = true);
         Ok(())
     }
 
