@@ -74,9 +74,6 @@ pub struct RunOutput {
     pub records: Vec<Record>,
     /// Rejected (dead-lettered) rows, each with the index of its feed.
     pub rejects: Vec<(usize, Reject)>,
-    /// Groups (keys) the memory budget moved to the store, over every
-    /// process of the run.
-    pub spilled: u64,
 }
 
 /// [`run`], also returning the rejected (dead-lettered) rows.
@@ -180,7 +177,6 @@ pub fn run_full(
     );
     let mut records = Vec::new();
     let mut rejects = Vec::new();
-    let mut spilled = 0;
     let mut out = Output::default();
     let mut drain = |out: &mut Output, records: &mut Vec<Record>| -> Result<(), Error> {
         for c in &out.changes {
@@ -212,7 +208,6 @@ pub fn run_full(
         if restore_after == Some(i) {
             let bytes = query.snapshot()?.encode()?;
             // The process ends (its store closes), another one resumes.
-            spilled += query.spill_stats().groups;
             drop(query);
             let mut resumed = new_query()?;
             let snapshot = QuerySnapshot::decode(&bytes)?;
@@ -228,9 +223,5 @@ pub fn run_full(
     }
     query.finish(&mut out)?;
     drain(&mut out, &mut records)?;
-    Ok(RunOutput {
-        records,
-        rejects,
-        spilled: spilled + query.spill_stats().groups,
-    })
+    Ok(RunOutput { records, rejects })
 }

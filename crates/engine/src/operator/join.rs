@@ -442,7 +442,6 @@ impl JoinOperator {
         watermark: i64,
         memory: Option<usize>,
     ) -> Result<()> {
-        let first = self.stores[side].seq.len();
         let HeldRows {
             rows,
             times,
@@ -453,19 +452,19 @@ impl JoinOperator {
         // and its stamp is its effective time.
         self.insert(side, rows, &times, Some(&effective), Some(&present))?;
         let rows = &mut self.stores[side];
+        // The rows are the last ones in: a key an earlier chunk spilled came
+        // back before them.
+        let first = rows.seq.len() - logged.seq.len();
         rows.seq[first..].copy_from_slice(&logged.seq);
         rows.matched[first..].copy_from_slice(&logged.matched);
         rows.next_seq = rows.next_seq.max(logged.seq.last().map_or(0, |s| s + 1));
         // Emitted before the checkpoint.
         rows.take_fresh(watermark);
         self.fired_through = self.fired_through.max(watermark);
-        match memory {
-            Some(budget) if self.spilled.is_some() && self.spillable() > budget => {
-                self.spill_rows(budget / 10 * 6)?;
-                Ok(())
-            }
-            _ => Ok(()),
+        if let Some(budget) = memory.filter(|&b| self.spillable() > b) {
+            self.spill_rows(budget / 10 * 6)?;
         }
+        Ok(())
     }
 
     /// Marks every row before `watermark` as fired without emitting
@@ -915,10 +914,12 @@ impl JoinOperator {
             batch.columns()[..end].to_vec(),
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?;
-        let first = self.stores[side].matched.len();
         self.insert(side, rows, &times, effective.as_deref(), present.as_deref())?;
         if let Some(matched) = matched {
-            self.stores[side].matched[first..].copy_from_slice(&matched);
+            // The rows are the last ones in (after any a spill gave back).
+            let all = &mut self.stores[side].matched;
+            let first = all.len() - matched.len();
+            all[first..].copy_from_slice(&matched);
         }
         Ok(())
     }

@@ -18,7 +18,7 @@
 //! checkpoints use: a spill first logs the rows not logged yet, and a
 //! restore reads the log and forgets the spilled tables.
 
-use arrow::array::{BooleanArray, RecordBatch};
+use arrow::array::BooleanArray;
 use arrow::compute::filter_record_batch;
 
 use super::{HeldRows, JoinOperator, pick};
@@ -36,8 +36,10 @@ impl JoinOperator {
         };
         for s in spilled.iter_mut() {
             s.grow(n);
-            s.touch(keys);
         }
+        // Both sides leave and come back together: the left side's use
+        // order picks the victims for both.
+        spilled[0].touch(keys);
         let unloaded = spilled[0].unloaded(keys.iter().copied());
         if unloaded.is_empty() {
             return Ok(());
@@ -61,19 +63,19 @@ impl JoinOperator {
         if held <= target || self.spilled.is_none() {
             return Ok(Evicted::default());
         }
-        // A row leaves memory logged: the next checkpoint reads the log's
-        // new rows from memory.
-        for side in 0..2 {
-            if let Some(log) = self.logs[side].as_mut() {
-                log.checkpoint(&self.stores[side])?;
-            }
-        }
         let candidates = self.evictable_keys();
         let keep = (candidates.len() as f64 * (target as f64 / held as f64)) as usize;
         let spilled = self.spilled.as_ref().expect("checked above");
         let victims = spilled[0].victims(&candidates, keep);
         if victims.is_empty() {
             return Ok(Evicted::default());
+        }
+        // A row leaves memory logged: the next checkpoint reads the log's
+        // new rows from memory.
+        for side in 0..2 {
+            if let Some(log) = self.logs[side].as_mut() {
+                log.checkpoint(&self.stores[side])?;
+            }
         }
         let mut bytes_written = 0;
         for side in 0..2 {
@@ -176,16 +178,14 @@ fn alive(loaded: Loaded, fired: i64) -> Result<(HeldRows, Vec<usize>, Bookkeepin
         return Ok((held, probe, kept));
     }
     let keep: Vec<bool> = kept.expires.iter().map(|&x| x >= fired).collect();
-    let only = |v: &[i64]| -> Vec<i64> { filtered(v, &keep) };
-    let rows: RecordBatch = filter_record_batch(&held.rows, &BooleanArray::from(keep.clone()))?;
     let held = HeldRows {
-        rows,
-        times: only(&held.times),
-        effective: only(&held.effective),
+        rows: filter_record_batch(&held.rows, &BooleanArray::from(keep.clone()))?,
+        times: filtered(&held.times, &keep),
+        effective: filtered(&held.effective, &keep),
         present: filtered(&held.present, &keep),
     };
     let kept = Bookkeeping {
-        expires: only(&kept.expires),
+        expires: filtered(&kept.expires, &keep),
         seq: filtered(&kept.seq, &keep),
         matched: filtered(&kept.matched, &keep),
     };
@@ -204,7 +204,7 @@ fn filtered<T: Copy>(of: &[T], keep: &[bool]) -> Vec<T> {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{Int64Array, TimestampMicrosecondArray};
+    use arrow::array::{Int64Array, RecordBatch, TimestampMicrosecondArray};
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     use ubik_state::StoreOptions;
 
