@@ -140,6 +140,27 @@ impl ConsumerQueue {
         total
     }
 
+    /// The partition's high watermark as of the consumer's latest fetch
+    /// response (every fetch, empty ones too, carries it): no round trip to
+    /// the broker, whose answer would queue behind the consumer's pending
+    /// long-poll fetch (up to `fetch.wait.max.ms`). `None` before the first
+    /// response.
+    pub fn cached_high_watermark(&self, topic: &CStr, partition: i32) -> Option<i64> {
+        let (mut low, mut high) = (0i64, 0i64);
+        // SAFETY: the client is valid while the queue lives; librdkafka
+        // copies nothing out of `topic` past the call.
+        let err = unsafe {
+            rd::rd_kafka_get_watermark_offsets(
+                self.client.as_ptr(),
+                topic.as_ptr(),
+                partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+    }
+
     fn fill(&mut self, want: usize, wait_ms: i32) -> usize {
         self.batch.clear();
         self.batch.reserve(want);

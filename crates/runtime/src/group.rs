@@ -45,7 +45,7 @@ const TASK_POLL: Duration = Duration::ZERO;
 const IDLE_ROUND: Duration = Duration::from_millis(10);
 
 /// How many assigned tasks open side by side in one round of the loop.
-const OPEN_AT_ONCE: usize = 8;
+const OPEN_AT_ONCE: usize = 32;
 
 struct Task {
     pipeline: Pipeline,
@@ -462,6 +462,12 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             drop(tasks);
             member.leave();
             return Ok(RunEnd::Stopped);
+        }
+        for (p, t) in tasks.open.iter_mut().filter(|(_, t)| t.finished) {
+            if t.pipeline.resume_if_behind() {
+                info!(task = %p, "records came after the end of its input: reading on");
+                t.finished = false;
+            }
         }
         let read_before = records_read(&tasks);
         let mut fenced = Vec::new();

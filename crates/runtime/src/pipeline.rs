@@ -805,6 +805,21 @@ impl Pipeline {
         self.epoch
     }
 
+    /// A second stage that finished at the end of its exchange reads on
+    /// when records came after that end: a first stage reopened by another
+    /// member (a rebalance) tells its progress again. Those are copies and
+    /// change nothing, but the task's checkpoint then shows it caught up.
+    /// True when it resumed.
+    pub fn resume_if_behind(&mut self) -> bool {
+        let resume = self.finished
+            && matches!(self.stage, Stage::Shuffled { .. })
+            && self.lag().is_some_and(|lag| lag > 0);
+        if resume {
+            self.finished = false;
+        }
+        resume
+    }
+
     pub fn is_finished(&self) -> bool {
         self.finished && self.restored_output.is_empty()
     }
