@@ -324,9 +324,14 @@ impl Sink for KafkaSink {
                     Err(Error::Fenced(m)) => Err(Error::Fenced(self.fenced_message(m))),
                     Err(e) => {
                         // The epoch is lost: abort it; the runtime replays it
-                        // from the last checkpoint.
-                        let _ = self.producer.abort_transaction(TXN_TIMEOUT);
-                        self.in_transaction = false;
+                        // from the last checkpoint. An abort that does not
+                        // finish now (the broker is away) stays pending, and
+                        // librdkafka refuses every other transactional call
+                        // until it is called again and completes: the
+                        // runtime's recovery retries it (`abort`) instead of
+                        // beginning the next transaction over it, which
+                        // looped on "conflicting abort_transaction" forever.
+                        self.in_transaction = self.producer.abort_transaction(TXN_TIMEOUT).is_err();
                         Err(Error::Transient(format!(
                             "transaction aborted ({e}); replaying from the last checkpoint"
                         )))
