@@ -23,7 +23,7 @@ B=$(testing/kafka/broker.sh start | tail -1)
 R=$(testing/registry/registry.sh start | tail -1)
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 SCHEMA="auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP, extra VARCHAR"
 BASE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 declare -A TOPIC=([json]=nx-bid-json-$RUN [avro]=nx-bid-avro-$RUN)

@@ -16,3 +16,20 @@ events_jsonl() {
   [[ -s $file ]] || "$PY" bench/peers.py make-jsonl "$1" "$file"
   echo "$file"
 }
+# drop_topics BOOTSTRAP TEXT: deletes the broker's topics whose names hold TEXT (a run's id, so
+# its inputs, outputs and a group's internal topics), unless KEEP=1. A one-node test broker
+# left with thousands of partitions by earlier runs stalls its controller and fences itself.
+drop_topics() {
+  [[ ${KEEP:-0} == 1 ]] && return 0
+  "$PY" - "$1" "$2" <<'PY' || echo "could not delete the run's topics" >&2
+import sys
+from confluent_kafka.admin import AdminClient
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+names = [t for t in admin.list_topics(timeout=10).topics if sys.argv[2] in t]
+for name, done in (admin.delete_topics(names, operation_timeout=60) if names else {}).items():
+    try:
+        done.result()
+    except Exception as e:
+        print(f"deleting {name}: {e}", file=sys.stderr)
+PY
+}

@@ -19,7 +19,7 @@ B=$(testing/kafka/broker.sh start | tail -1)
 JSONL=$(events_jsonl "$N")
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 IN=group-failover-$RUN
 echo "== loading $N events into $IN (8 partitions, keyed by merchant)" >&2
 "$BENCH" kafka-load "$B" "$IN" "$JSONL" 8 merchant >/dev/null

@@ -26,7 +26,7 @@ UBIK=${OTHER_UBIK:-$UBIK}
 B=$(testing/kafka/broker.sh start | tail -1)
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 declare -A SCHEMA=(
   [person]="id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR, state VARCHAR, date_time TIMESTAMP, extra VARCHAR"
   [bid]="auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, date_time TIMESTAMP, extra VARCHAR"

@@ -26,7 +26,7 @@ fi
 B=$(testing/kafka/broker.sh start | tail -1)
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 STEP=$((KEYS / 100))
 python3 -c "
 import sys

@@ -22,7 +22,7 @@ B=$(testing/kafka/broker.sh start | tail -1)
 JSONL=$(events_jsonl "$N")
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 for mode in $MODES; do
   echo "== loading $N events into group-scale-$mode-$RUN (8 partitions, $mode)"
   case $mode in

@@ -19,7 +19,7 @@ JSONL=$(events_jsonl "$N")
 RUN=$(date +%s)-$$
 IN=bench-in-$RUN
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+trap 'drop_topics "$B" "$RUN"; rm -rf "$WORK"' EXIT
 echo "== loading $N events into $IN ($PARTS partitions)"
 "$BENCH" kafka-load "$B" "$IN" "$JSONL" "$PARTS"
 
