@@ -3,22 +3,21 @@
 # JSON and as Confluent-framed Avro (through the test schema registry), then each query over
 # each topic, one after the other in one run. The figure is CPU (user + system of the whole
 # process) per million input records; the output (JSON, the same for both) is counted and must
-# be equal. Flink's avro-confluent beside it is not scripted yet.
+# be equal. Flink SQL (bench/flink) runs each query over the same two topics beside it: JSON,
+# and Avro through its avro-confluent format against the same registry; its figure is the CPU of
+# its whole JVM (start and planning included: about ten CPU-seconds whatever the input), and its
+# outputs must equal ubik's in count.
 #
 #   bench/avro-kafka.sh [EVENTS=2000000] [QUERIES="q0 q1 q2 q5 q7"]
 #
 # Env: PARTITIONS (4), INTERVAL (checkpoint interval, 1s), UBIK (a ubik binary instead of
-# building the release).
+# building the release), FLINK=0 (ubik alone).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EVENTS=${1:-2000000}
 QUERIES=${2:-"q0 q1 q2 q5 q7"}
 PARTS=${PARTITIONS:-4}
-if [[ -n ${UBIK:-} ]]; then
-  PY=$(scripts/python-env.sh)
-else
-  source bench/common.sh
-fi
+source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
 R=$(testing/registry/registry.sh start | tail -1)
 RUN=$(date +%s)-$$
@@ -79,4 +78,22 @@ for q in $QUERIES; do
   [[ ${OUT[json]} == "${OUT[avro]}" ]] || { echo "$q: outputs differ: ${OUT[json]} JSON, ${OUT[avro]} Avro" >&2; exit 1; }
   awk -v q="$q" -v j="${CPU[json]}" -v a="${CPU[avro]}" \
     'BEGIN { printf "{\"query\":\"%s\",\"cpu_json_over_avro\":%.2f}\n", q, j / a }'
+  [[ ${FLINK:-1} != 0 ]] || continue
+  declare -A FCPU=()
+  for f in json avro; do
+    out=nx-out-flink-$q-$f-$RUN
+    extra=()
+    [[ $f == json ]] || extra=(registry="$R")
+    line=$(bench/flink/run.sh nexmark "$q" "$B" "$out" bid="${TOPIC[$f]}" lateness_ms=5000 \
+      out_partitions="$PARTS" "${extra[@]}" 2>"$WORK/flink-$q-$f.log") ||
+      { echo "flink $q over $f failed:" >&2; tail -40 "$WORK/flink-$q-$f.log" >&2; exit 1; }
+    FCPU[$f]=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["process_cpu_seconds"])' "$line")
+    got=$(count "$out")
+    wall=$("$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["process_seconds"])' "$line")
+    awk -v q="$q" -v f="$f" -v n="$INPUT" -v w="$wall" -v c="${FCPU[$f]}" -v o="$got" \
+      'BEGIN { printf "{\"query\":\"%s\",\"engine\":\"flink\",\"input\":\"%s\",\"records\":%d,\"seconds\":%.3f,\"cpu\":%.3f,\"cpu_s_per_m\":%.3f,\"output\":%d}\n", q, f, n, w, c, c / n * 1e6, o }'
+    [[ $got == "${OUT[$f]}" ]] || echo "$q: Flink over $f wrote $got records, ubik ${OUT[$f]}" >&2
+  done
+  awk -v q="$q" -v j="${FCPU[json]}" -v a="${FCPU[avro]}" -v u="${CPU[avro]}" \
+    'BEGIN { printf "{\"query\":\"%s\",\"flink_cpu_json_over_avro\":%.2f,\"avro_cpu_flink_over_ubik\":%.2f}\n", q, j / a, a / u }'
 done

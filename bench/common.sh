@@ -4,11 +4,13 @@ CACHE=${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/bench
 mkdir -p "$CACHE"
 PY=$(scripts/python-env.sh)
 # A script that runs only the ubik command sets RELEASE_PACKAGES=ubik-cli first (the
-# ubik-bench link alone takes minutes).
-read -ra packages <<< "${RELEASE_PACKAGES:-ubik-cli ubik-bench}"
-cargo build --release --quiet "${packages[@]/#/-p=}"
-UBIK=target/release/ubik
-BENCH=target/release/ubik-bench
+# ubik-bench link alone takes minutes). UBIK set beforehand: that ubik binary, nothing built.
+if [[ -z ${UBIK:-} ]]; then
+  read -ra packages <<< "${RELEASE_PACKAGES:-ubik-cli ubik-bench}"
+  cargo build --release --quiet "${packages[@]/#/-p=}"
+  UBIK=target/release/ubik
+fi
+BENCH=${BENCH:-target/release/ubik-bench}
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # events_jsonl N: the path of N cached demo events as JSON lines, made on first use.
 events_jsonl() {

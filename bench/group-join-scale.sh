@@ -20,9 +20,7 @@ N=${1:-4000000}
 PROCS=${2:-"1 2 4"}
 QUERIES=${3:-"q4 q5 q7 q8 q9 q20"}
 PARTS=${PARTITIONS:-8}
-OTHER_UBIK=${UBIK:-}
 source bench/common.sh
-UBIK=${OTHER_UBIK:-$UBIK}
 B=$(testing/kafka/broker.sh start | tail -1)
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)

@@ -19,10 +19,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 KEYS=${1:-1000000}
 ROUNDS=${2:-10}
-if [[ -z ${UBIK:-} ]]; then
-  cargo build --release --quiet -p ubik-cli -p ubik-bench
-  UBIK=target/release/ubik BENCH=target/release/ubik-bench
-fi
+source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
 RUN=$(date +%s)-$$
 WORK=$(mktemp -d)

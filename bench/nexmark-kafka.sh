@@ -45,11 +45,7 @@ EVENTS=${1:-2000000}
 QUERIES=${2:-"q0 q1 q2 q3 q4 q5 q6 q7 q8 q9 q11 q14 q15 q16 q17 q18 q19 q20 q21 q22"}
 PARTS=${PARTITIONS:-4}
 export FLINK_PARALLELISM=${FLINK_PARALLELISM:-2}
-if [[ -n ${UBIK:-} ]]; then
-  PY=$(scripts/python-env.sh)
-else
-  source bench/common.sh
-fi
+source bench/common.sh
 B=$(testing/kafka/broker.sh start | tail -1)
 BROKER_PID=$(cat "${UBIK_CACHE_DIR:-$HOME/.cache/ubik}/kafka-run/${UBIK_KAFKA_PORT:-39092}/kafka.pid")
 RUN=$(date +%s)-$$

@@ -5,9 +5,11 @@
 #   bench/flink/run.sh BROKER IN_TOPIC OUT_TOPIC
 #       bench/kafka.sh's per-merchant per-minute tumbling-window query: an upsert changelog
 #       keyed by (merchant, window start) to OUT_TOPIC.
-#   bench/flink/run.sh nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
+#   bench/flink/run.sh nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N] [registry=URL]
 #       bench/nexmark-kafka.sh: Nexmark q0, q1, q2, q7 or q8 (the published Flink SQL) over the
 #       tables bid / person / auction as ubik writes them, e.g. bid=nx-bid; insert-only output.
+#       registry=URL: the tables are Confluent-framed Avro (ubik's format=avro), read with
+#       Flink's avro-confluent format against that registry (its Confluent API).
 #   bench/flink/run.sh count BROKER TOPIC...
 #       prints {"topic":TOPIC,"records":N} for each topic, N = its committed records.
 #   bench/flink/run.sh delete BROKER TOPIC...

@@ -6,14 +6,16 @@
  *       bench/kafka.sh: the per-merchant per-minute tumbling-window query. Reads IN_TOPIC (JSON
  *       {"merchant","ts","amount"}), event time ts with zero lateness, and writes an upsert
  *       changelog keyed by (merchant, window_start) to OUT_TOPIC (JSON key and value).
- *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N]
+ *   FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=5000] [out_partitions=N] [registry=URL]
  *       bench/nexmark-kafka.sh: Nexmark QUERY (q0, q1, q2, q3, q4, q5, q7, q8, q9, q11, q14, q15, q16, q17, q18, q19, q20, q21 or q22), the published Flink SQL
  *       (nexmark/nexmark, queries/qN.sql) with ubik's snake_case column names, over the tables
  *       bid, person and auction (TABLE=TOPIC for each table the query reads) as ubik writes them
  *       (JSON, RFC 3339 timestamps): event time date_time with the watermark lateness_ms behind
  *       it (ubik's default lateness, 5 s). Every result is insert-only, written as JSON values
  *       without a key (the 'kafka' connector) to OUT_TOPIC, created with N partitions if it does
- *       not exist and out_partitions is given (else the broker's default applies).
+ *       not exist and out_partitions is given (else the broker's default applies). With
+ *       registry=URL the tables are Confluent-framed Avro as ubik's format=avro writes them, read
+ *       by Flink's 'avro-confluent' format against that schema registry.
  *   FlinkPeer count BROKER TOPIC...
  *       Counts the committed records of each TOPIC (read_committed: transaction markers and
  *       aborted records left out) and prints one line {"topic":TOPIC,"records":N} for each.
@@ -68,7 +70,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public final class FlinkPeer {
   private static final String USAGE = "usage: FlinkPeer BROKER IN_TOPIC OUT_TOPIC\n"
-      + "       FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=N] [out_partitions=N]\n"
+      + "       FlinkPeer nexmark QUERY BROKER OUT_TOPIC TABLE=TOPIC... [lateness_ms=N] [out_partitions=N] [registry=URL]\n"
       + "       FlinkPeer count|delete BROKER TOPIC...";
 
   public static void main(String[] args) {
@@ -172,13 +174,17 @@ public final class FlinkPeer {
   }
 
   private static String source(String broker, String topic) {
+    return source(broker, topic, "  'format' = 'json',\n"
+        + "  'json.timestamp-format.standard' = 'ISO-8601'\n");
+  }
+
+  private static String source(String broker, String topic, String format) {
     return "  'connector' = 'kafka',\n"
         + "  'topic' = " + lit(topic) + ",\n"
         + "  'properties.bootstrap.servers' = " + lit(broker) + ",\n"
         + "  'scan.startup.mode' = 'earliest-offset',\n"
         + "  'scan.bounded.mode' = 'latest-offset',\n"
-        + "  'format' = 'json',\n"
-        + "  'json.timestamp-format.standard' = 'ISO-8601'\n";
+        + format;
   }
 
   // The Nexmark tables as ubik's nexmark:// source names them and ubik's Kafka sink writes them
@@ -443,16 +449,22 @@ public final class FlinkPeer {
     }
     long lateness = Long.parseLong(opts.getOrDefault("lateness_ms", "5000"));
     TableEnvironment t = env("ubik-bench-nexmark-" + name);
+    String registry = opts.get("registry");
+    String watermark = "INTERVAL '"
+        + String.format(Locale.ROOT, "%d.%03d", lateness / 1000, lateness % 1000) + "' SECOND";
     for (String table : q.tables()) {
       String topic = opts.get(table);
       if (topic == null) throw new IllegalArgumentException(name + " reads " + table + ": pass " + table + "=TOPIC");
-      t.executeSql("CREATE TABLE " + table + " (\n"
-          + TABLES.get(table)
-          + "  WATERMARK FOR date_time AS date_time - INTERVAL '"
-          + String.format(Locale.ROOT, "%d.%03d", lateness / 1000, lateness % 1000) + "' SECOND\n"
-          + ") WITH (\n"
-          + source(broker, topic)
-          + ")");
+      if (registry == null) {
+        t.executeSql("CREATE TABLE " + table + " (\n"
+            + TABLES.get(table)
+            + "  WATERMARK FOR date_time AS date_time - " + watermark + "\n"
+            + ") WITH (\n"
+            + source(broker, topic)
+            + ")");
+      } else {
+        avroTable(t, table, broker, topic, registry, watermark);
+      }
     }
     if (q.upsertKey() == null) {
       t.executeSql("CREATE TABLE sink (" + q.sinkColumns() + ") WITH (\n"
@@ -475,6 +487,32 @@ public final class FlinkPeer {
     String insert = "INSERT INTO sink\n" + q.select();
     System.err.println("FlinkPeer " + name + ":\n" + insert);
     execute(t, insert, broker, out, result);
+  }
+
+  /**
+   * Table `table` over `topic` in Confluent-framed Avro as ubik writes it (`format=avro`, schema
+   * in `registry`): Flink's 'avro-confluent' format. ubik writes TIMESTAMP as `timestamp-micros`,
+   * which this format's (legacy) type mapping cannot read into any timestamp type, so the column
+   * is read as its long and the query's table is a view of the raw topic with the event time
+   * made of it (exact: the values are whole milliseconds).
+   */
+  private static void avroTable(TableEnvironment t, String table, String broker, String topic,
+      String registry, String watermark) {
+    String columns = TABLES.get(table).replace("TIMESTAMP_LTZ(3)", "BIGINT");
+    List<String> names = Stream.of(TABLES.get(table).split(",\n"))
+        .map(c -> c.trim().split(" ")[0]).filter(c -> !c.isEmpty()).toList();
+    t.executeSql("CREATE TABLE " + table + "_avro (\n"
+        + columns
+        + "  event_time AS TO_TIMESTAMP_LTZ(date_time / 1000, 3),\n"
+        + "  WATERMARK FOR event_time AS event_time - " + watermark + "\n"
+        + ") WITH (\n"
+        + source(broker, topic, "  'format' = 'avro-confluent',\n"
+            + "  'avro-confluent.url' = " + lit(registry) + "\n")
+        + ")");
+    t.executeSql("CREATE VIEW " + table + " AS SELECT "
+        + names.stream().map(c -> c.equals("date_time") ? "event_time AS date_time" : c)
+            .collect(Collectors.joining(", "))
+        + " FROM " + table + "_avro");
   }
 
   /** Runs the INSERT to its end and prints the result line. */
