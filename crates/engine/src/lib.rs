@@ -9,6 +9,7 @@
 pub mod accumulate;
 pub mod checkpoint;
 pub mod error;
+pub(crate) mod inline_bytes;
 pub mod operator;
 pub mod plan;
 pub mod progress;

@@ -6,8 +6,6 @@
 //! keep a count per distinct value so that the extreme can be taken back.
 //! Their state grows with the distinct values of each group.
 
-use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -16,10 +14,12 @@ use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Arr
 use arrow::array::{PrimitiveArray, UInt32Array};
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, FieldRef, Int64Type};
 use arrow::row::{RowConverter, SortField};
+use hashbrown::HashMap;
 
 use super::native::{for_each_row, grow};
 use super::{StreamAccumulator, row_mask};
 use crate::error::{EngineError, Result};
+use crate::inline_bytes::InlineBytes;
 
 fn field(name: &str, dt: DataType) -> FieldRef {
     Arc::new(Field::new(name, dt, true))
@@ -139,63 +139,58 @@ impl<T: ArrowPrimitiveType> StreamAccumulator for RetractSumInt<T> {
 // ---------------------------------------------------------------- min / max
 
 /// `min` or `max` that can take values back: per group, each distinct
-/// value (in Arrow's order-preserving row format, so the map's order is
-/// the values' order) with how many rows hold it.
+/// value (in Arrow's order-preserving row format, so comparing bytes
+/// compares values) with how many rows hold it, and the extreme held.
+///
+/// As Flink's `MinWithRetractAggFunction`: the counts are a hash table, and
+/// the extreme is kept as values come and go; only taking out the last row
+/// of the extreme itself leaves it unknown, and the group's values are
+/// scanned for the next one when it is evaluated (rare: one value of the
+/// many a group holds). A tree of values would pay a search through
+/// scattered nodes on every change instead.
 pub struct CountedExtreme {
     is_max: bool,
     rows: RowConverter,
-    groups: Vec<BTreeMap<RowKey, i64>>,
+    groups: Vec<Counted>,
     bytes: usize,
 }
 
-/// A value in Arrow's row format, held inline when it is short (every
-/// fixed-width type, short text): a B-tree search then compares bytes in
-/// its nodes, two words at a time, instead of chasing a pointer per step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum RowKey {
-    /// The bytes, zero-padded, and their length.
-    Inline([u8; 16], u8),
-    Heap(Box<[u8]>),
+/// One group's value counts and extreme.
+#[derive(Default)]
+struct Counted {
+    counts: HashMap<InlineBytes, i64>,
+    /// The extreme of the values held (count above zero); `None`: none
+    /// held, or unknown where `stale`.
+    extreme: Option<InlineBytes>,
+    /// The extreme's last row was taken out: scan for the next one.
+    stale: bool,
 }
 
-impl RowKey {
-    fn new(value: &[u8]) -> Self {
-        match value.len() {
-            n @ 0..=16 => {
-                let mut bytes = [0; 16];
-                bytes[..n].copy_from_slice(value);
-                RowKey::Inline(bytes, n as u8)
+impl Counted {
+    /// Whether `a` is a better extreme than `b`.
+    fn beats(is_max: bool, a: &InlineBytes, b: &InlineBytes) -> bool {
+        match is_max {
+            true => a > b,
+            false => a < b,
+        }
+    }
+
+    /// The extreme, scanned for if unknown.
+    fn extreme(&mut self, is_max: bool) -> Option<&[u8]> {
+        if self.stale {
+            self.stale = false;
+            self.extreme = None;
+            for (v, _) in self.counts.iter().filter(|(_, c)| **c > 0) {
+                if self
+                    .extreme
+                    .as_ref()
+                    .is_none_or(|e| Self::beats(is_max, v, e))
+                {
+                    self.extreme = Some(v.clone());
+                }
             }
-            _ => RowKey::Heap(value.into()),
         }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            RowKey::Inline(bytes, n) => &bytes[..*n as usize],
-            RowKey::Heap(v) => v,
-        }
-    }
-}
-
-impl Ord for RowKey {
-    /// The bytes' order. Zero padding keeps it: where two padded values
-    /// first differ, either both hold real bytes there, or the shorter one
-    /// has ended (so it is a prefix, and smaller); equal padded values
-    /// order by length.
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        match (self, other) {
-            (RowKey::Inline(a, m), RowKey::Inline(b, n)) => u128::from_be_bytes(*a)
-                .cmp(&u128::from_be_bytes(*b))
-                .then(m.cmp(n)),
-            _ => self.as_slice().cmp(other.as_slice()),
-        }
-    }
-}
-
-impl PartialOrd for RowKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
+        self.extreme.as_ref().map(InlineBytes::as_slice)
     }
 }
 
@@ -215,25 +210,47 @@ impl CountedExtreme {
     }
 
     /// One state column: each group's values and counts, serialised as
-    /// `(u32 length, value bytes, i64 count)*` (little-endian).
+    /// `(u32 length, value bytes, i64 count)*` (little-endian), in the
+    /// values' order.
     pub fn state_fields() -> Vec<FieldRef> {
         vec![field("values", DataType::Binary)]
     }
 
     fn add(&mut self, g: usize, value: &[u8], n: i64) {
-        let map = &mut self.groups[g];
-        match map.entry(RowKey::new(value)) {
-            Entry::Occupied(mut c) => {
-                *c.get_mut() += n;
-                if *c.get() == 0 {
-                    c.remove();
+        let is_max = self.is_max;
+        let group = &mut self.groups[g];
+        let (before, after) = match group.counts.get_mut(value) {
+            Some(c) => {
+                let before = *c;
+                *c += n;
+                let after = *c;
+                if after == 0 {
+                    group.counts.remove(value);
                     self.bytes = self.bytes.saturating_sub(value.len() + 48);
                 }
+                (before, after)
             }
-            Entry::Vacant(v) => {
-                v.insert(n);
+            None => {
+                group.counts.insert(InlineBytes::new(value), n);
                 self.bytes += value.len() + 48;
+                (0, n)
             }
+        };
+        match (before > 0, after > 0) {
+            (false, true) if !group.stale => {
+                let value = InlineBytes::new(value);
+                if group
+                    .extreme
+                    .as_ref()
+                    .is_none_or(|e| Counted::beats(is_max, &value, e))
+                {
+                    group.extreme = Some(value);
+                }
+            }
+            (true, false) if group.extreme.as_ref().map(InlineBytes::as_slice) == Some(value) => {
+                group.stale = true;
+            }
+            _ => {}
         }
     }
 
@@ -246,7 +263,7 @@ impl CountedExtreme {
         total: usize,
     ) -> Result<()> {
         if self.groups.len() < total {
-            self.groups.resize_with(total, BTreeMap::new);
+            self.groups.resize_with(total, Counted::default);
         }
         let mask = row_mask(args, filter);
         let rows = self.rows.convert_columns(&args[..1])?;
@@ -254,20 +271,6 @@ impl CountedExtreme {
             self.add(g, rows.row(i).as_ref(), sign)
         });
         Ok(())
-    }
-
-    /// The extreme of group `g`: the first or last value held by a row.
-    fn extreme(&self, g: usize) -> Option<&[u8]> {
-        let map = self.groups.get(g)?;
-        let mut held = map
-            .iter()
-            .filter(|(_, c)| **c > 0)
-            .map(|(v, _)| v.as_slice());
-        if self.is_max {
-            held.next_back()
-        } else {
-            held.next()
-        }
     }
 }
 
@@ -291,12 +294,19 @@ impl StreamAccumulator for CountedExtreme {
         self.fold(args, groups, filter, -1, total)
     }
     fn evaluate(&mut self, groups: &[usize]) -> Result<ArrayRef> {
+        let is_max = self.is_max;
+        for &g in groups {
+            if let Some(group) = self.groups.get_mut(g) {
+                group.extreme(is_max);
+            }
+        }
         let mut present = Vec::new();
         let indices: UInt32Array = groups
             .iter()
             .map(|&g| {
-                self.extreme(g).map(|v| {
-                    present.push(v);
+                let group = self.groups.get(g)?;
+                group.extreme.as_ref().map(|v| {
+                    present.push(v.as_slice());
                     present.len() as u32 - 1
                 })
             })
@@ -313,7 +323,15 @@ impl StreamAccumulator for CountedExtreme {
             .iter()
             .map(|&g| {
                 buf.clear();
-                for (v, c) in self.groups.get(g).into_iter().flatten() {
+                // In the values' order: the same counts, the same bytes.
+                let mut counts: Vec<_> = self
+                    .groups
+                    .get(g)
+                    .into_iter()
+                    .flat_map(|group| group.counts.iter())
+                    .collect();
+                counts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (v, c) in counts {
                     let v = v.as_slice();
                     buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
                     buf.extend_from_slice(v);
@@ -326,7 +344,7 @@ impl StreamAccumulator for CountedExtreme {
     }
     fn merge(&mut self, states: &[ArrayRef], groups: &[usize], total: usize) -> Result<()> {
         if self.groups.len() < total {
-            self.groups.resize_with(total, BTreeMap::new);
+            self.groups.resize_with(total, Counted::default);
         }
         let states = states[0].as_binary::<i32>();
         let corrupt = || EngineError::Checkpoint("min/max value counts are corrupt".into());
@@ -351,16 +369,16 @@ impl StreamAccumulator for CountedExtreme {
     }
     fn reset(&mut self, groups: &[usize]) -> Result<()> {
         for &g in groups {
-            if let Some(map) = self.groups.get_mut(g) {
-                let freed: usize = map.keys().map(|v| v.as_slice().len() + 48).sum();
+            if let Some(group) = self.groups.get_mut(g) {
+                let freed: usize = group.counts.keys().map(|v| v.as_slice().len() + 48).sum();
                 self.bytes = self.bytes.saturating_sub(freed);
-                map.clear();
+                *group = Counted::default();
             }
         }
         Ok(())
     }
     fn size(&self) -> usize {
-        self.groups.capacity() * std::mem::size_of::<BTreeMap<RowKey, i64>>() + self.bytes
+        self.groups.capacity() * std::mem::size_of::<Counted>() + self.bytes
     }
 }
 
@@ -368,31 +386,6 @@ impl StreamAccumulator for CountedExtreme {
 mod tests {
     use super::*;
     use arrow::array::StringArray;
-
-    #[test]
-    fn row_keys_order_as_their_bytes() {
-        // Short and long values, with zero bytes where padding would be.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut values: Vec<Vec<u8>> = (0..2000)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let len = (state % 24) as usize;
-                (0..len)
-                    .map(|i| [0, 1, 255][(state >> (i * 2)) as usize % 3])
-                    .collect()
-            })
-            .collect();
-        values.extend([vec![], vec![0], vec![0; 16], vec![0; 17], vec![1, 0]]);
-        for a in &values {
-            for b in values.iter().step_by(7) {
-                let (x, y) = (RowKey::new(a), RowKey::new(b));
-                assert_eq!(x.cmp(&y), a.cmp(b), "{a:?} {b:?}");
-                assert_eq!(x == y, a == b);
-            }
-        }
-    }
 
     #[test]
     fn min_and_max_come_back_when_their_extreme_is_taken_out() {
@@ -425,6 +418,63 @@ mod tests {
             text(back.evaluate(&[0, 1]).unwrap()),
             r#"[Some("a"), None]"#
         );
+    }
+
+    /// Values come and go at random, their extremes taken out often: every
+    /// evaluation equals the extreme of the rows held, counted by brute force.
+    #[test]
+    fn extremes_follow_the_rows_held_through_random_changes() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut max = CountedExtreme::new(&DataType::Int64, true).unwrap();
+        let mut min = CountedExtreme::new(&DataType::Int64, false).unwrap();
+        let mut held: Vec<Vec<i64>> = vec![Vec::new(); 3];
+        for _ in 0..3000 {
+            let g = next(3) as usize;
+            let retract = !held[g].is_empty() && next(2) == 0;
+            let value = match retract {
+                // Mostly the extremes themselves.
+                true => {
+                    let h = &held[g];
+                    let pick = match next(3) {
+                        0 => *h.iter().max().unwrap(),
+                        1 => *h.iter().min().unwrap(),
+                        _ => h[next(h.len() as u64) as usize],
+                    };
+                    let at = held[g].iter().position(|&v| v == pick).unwrap();
+                    held[g].swap_remove(at);
+                    pick
+                }
+                false => {
+                    let v = next(20) as i64 - 10;
+                    held[g].push(v);
+                    v
+                }
+            };
+            let args: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![value]))];
+            for acc in [&mut max, &mut min] {
+                match retract {
+                    true => acc.retract(&args, &[g], None, 3).unwrap(),
+                    false => acc.update(&args, &[g], None, 3).unwrap(),
+                }
+            }
+            let got = |acc: &mut CountedExtreme| {
+                let a = acc.evaluate(&[0, 1, 2]).unwrap();
+                let a = a.as_primitive::<Int64Type>();
+                (0..3)
+                    .map(|i| a.is_valid(i).then(|| a.value(i)))
+                    .collect::<Vec<_>>()
+            };
+            let want_max: Vec<_> = held.iter().map(|h| h.iter().max().copied()).collect();
+            let want_min: Vec<_> = held.iter().map(|h| h.iter().min().copied()).collect();
+            assert_eq!(got(&mut max), want_max);
+            assert_eq!(got(&mut min), want_min);
+        }
     }
 
     #[test]

@@ -23,8 +23,11 @@ use super::keyed::Evicted;
 use super::store::SharedStore;
 use super::table::StoreTable;
 use crate::error::Result;
+use crate::inline_bytes::InlineBytes;
 
 /// Bytes a key costs besides its key and row (hash table slot, boxes).
+/// Keys are held inline up to 16 bytes (any one-column integer key in
+/// Arrow's row format): a lookup then reads no box besides the row's.
 const OVERHEAD: usize = 64;
 
 struct Slot {
@@ -64,7 +67,7 @@ impl Backing {
 pub struct KeyedRows {
     schema: SchemaRef,
     rows: RowConverter,
-    current: HashMap<Box<[u8]>, Slot>,
+    current: HashMap<InlineBytes, Slot>,
     /// Keys with a row (not tombstones).
     live: usize,
     bytes: usize,
@@ -219,7 +222,7 @@ impl KeyedRows {
         if self.backing.is_none() {
             return Ok(0);
         }
-        let keys: Vec<Box<[u8]>> = self
+        let keys: Vec<InlineBytes> = self
             .current
             .iter()
             .filter(|(_, s)| s.changed)
@@ -246,13 +249,13 @@ impl KeyedRows {
         let mut uses: Vec<u32> = self.current.values().map(|s| s.used).collect();
         let cut = n - keep.min(n - 1) - 1;
         let threshold = *uses.select_nth_unstable(cut).1;
-        let victims: Vec<Box<[u8]>> = self
+        let victims: Vec<InlineBytes> = self
             .current
             .iter()
             .filter(|(_, s)| s.used <= threshold)
             .map(|(k, _)| k.clone())
             .collect();
-        let written: Vec<Box<[u8]>> = victims
+        let written: Vec<InlineBytes> = victims
             .iter()
             .filter(|k| self.current[k.as_ref()].changed)
             .cloned()
@@ -277,7 +280,7 @@ impl KeyedRows {
     }
 
     /// Writes the rows (and tombstones) of `keys`, all in memory.
-    fn write(&mut self, keys: &[Box<[u8]>]) -> Result<u64> {
+    fn write(&mut self, keys: &[InlineBytes]) -> Result<u64> {
         let Some(b) = self.backing.as_mut() else {
             return Ok(0);
         };
@@ -326,7 +329,7 @@ impl KeyedRows {
     }
 
     /// Forgets the tombstones among `keys` (written: the store knows).
-    fn drop_tombstones(&mut self, keys: &[Box<[u8]>]) {
+    fn drop_tombstones(&mut self, keys: &[InlineBytes]) {
         for k in keys {
             if self
                 .current
