@@ -15,6 +15,7 @@
 pub mod delegate;
 pub mod distinct;
 pub mod exact;
+pub mod extreme;
 pub mod moments;
 pub mod native;
 pub mod retract;
@@ -159,8 +160,8 @@ fn pick_native(spec: &AggregateSpec) -> Option<Native> {
         ("avg", [DataType::Float64]) => Native::AvgFloat,
         ("min", [t]) if native::minmax_supported(t) => Native::Min,
         ("max", [t]) if native::minmax_supported(t) => Native::Max,
-        ("min", [t]) if spec.retracting && retract::CountedExtreme::supports(t) => Native::Min,
-        ("max", [t]) if spec.retracting && retract::CountedExtreme::supports(t) => Native::Max,
+        ("min", [t]) if spec.retracting && extreme::CountedExtreme::supports(t) => Native::Min,
+        ("max", [t]) if spec.retracting && extreme::CountedExtreme::supports(t) => Native::Max,
         (name, [DataType::Float64]) => Native::Moment(moments::Moment::from_name(name)?),
         _ => return None,
     };
@@ -202,8 +203,8 @@ fn native_accumulator(spec: &AggregateSpec) -> Option<Box<dyn StreamAccumulator>
         Native::RetractSumUInt => {
             Box::new(retract::RetractSumInt::<arrow::datatypes::UInt64Type>::default())
         }
-        Native::CountedMin => Box::new(retract::CountedExtreme::new(&out_type, false).ok()?),
-        Native::CountedMax => Box::new(retract::CountedExtreme::new(&out_type, true).ok()?),
+        Native::CountedMin => Box::new(extreme::CountedExtreme::new(&out_type, false).ok()?),
+        Native::CountedMax => Box::new(extreme::CountedExtreme::new(&out_type, true).ok()?),
     })
 }
 
@@ -220,7 +221,7 @@ fn native_state_fields(spec: &AggregateSpec) -> Option<Vec<FieldRef>> {
         Native::RetractSumInt | Native::RetractSumUInt => {
             retract::RetractSumInt::<arrow::datatypes::Int64Type>::state_fields(&out_type)
         }
-        Native::CountedMin | Native::CountedMax => retract::CountedExtreme::state_fields(),
+        Native::CountedMin | Native::CountedMax => extreme::CountedExtreme::state_fields(),
     })
 }
 

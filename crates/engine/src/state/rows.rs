@@ -26,8 +26,6 @@ use crate::error::Result;
 use crate::inline_bytes::InlineBytes;
 
 /// Bytes a key costs besides its key and row (hash table slot, boxes).
-/// Keys are held inline up to 16 bytes (any one-column integer key in
-/// Arrow's row format): a lookup then reads no box besides the row's.
 const OVERHEAD: usize = 64;
 
 struct Slot {
@@ -67,6 +65,8 @@ impl Backing {
 pub struct KeyedRows {
     schema: SchemaRef,
     rows: RowConverter,
+    /// Keys are held inline up to 16 bytes (any one-column integer key in
+    /// Arrow's row format): a lookup then reads no box besides the row's.
     current: HashMap<InlineBytes, Slot>,
     /// Keys with a row (not tombstones).
     live: usize,
