@@ -76,6 +76,9 @@ impl ConsumerContext for SourceContext {}
 
 pub struct KafkaSource {
     url: KafkaUrl,
+    /// The topic's name for librdkafka's C calls, made once (`lag` runs
+    /// every report, and every round for a finished keyed task).
+    topic_c: Option<CString>,
     /// Declared before `consumer`: dropped first, as librdkafka wants.
     queue: ConsumerQueue,
     consumer: BaseConsumer<SourceContext>,
@@ -170,6 +173,7 @@ impl KafkaSource {
         let queue = ConsumerQueue::of(&consumer)
             .ok_or_else(|| Error::Config("librdkafka gave the consumer no queue".into()))?;
         let mut source = Self {
+            topic_c: CString::new(url.topic.as_str()).ok(),
             url,
             queue,
             consumer,
@@ -512,10 +516,10 @@ impl Source for KafkaSource {
     /// them saw the transaction markers after them: a caught-up reader's lag
     /// is 0 then, as the end of a bounded exchange needs.
     fn lag(&mut self) -> Option<u64> {
-        let topic = CString::new(self.url.topic.as_str()).ok()?;
+        let topic = self.topic_c.as_deref()?;
         let mut lag = 0u64;
         for (&p, &next) in &self.next {
-            let high = self.queue.cached_high_watermark(&topic, p)?;
+            let high = self.queue.cached_high_watermark(topic, p)?;
             lag += (high - next).max(0) as u64;
         }
         Some(lag)
