@@ -665,6 +665,68 @@ mod tests {
         }
     }
 
+    /// Every type counted as `u64`s has that width in Arrow's row format
+    /// (a validity byte, then `width` bytes), so its values round-trip
+    /// through their keys, and its extremes come out right.
+    #[test]
+    fn every_fixed_width_type_has_its_width_in_the_row_format() {
+        use arrow::datatypes::{IntervalUnit, TimeUnit};
+        let types = [
+            DataType::Int8,
+            DataType::Int16,
+            DataType::Int32,
+            DataType::Int64,
+            DataType::UInt8,
+            DataType::UInt16,
+            DataType::UInt32,
+            DataType::UInt64,
+            DataType::Float16,
+            DataType::Float32,
+            DataType::Float64,
+            DataType::Date32,
+            DataType::Date64,
+            DataType::Time32(TimeUnit::Second),
+            DataType::Time64(TimeUnit::Microsecond),
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            DataType::Duration(TimeUnit::Millisecond),
+        ];
+        for t in &types {
+            let width = fixed_width(t).unwrap_or_else(|| panic!("{t} has a fixed width"));
+            // Small integers as values of `t` (from 32 or 64 bits, as arrow casts).
+            let of = |v: Vec<i32>| {
+                arrow::compute::cast(&arrow::array::Int32Array::from(v.clone()), t)
+                    .or_else(|_| {
+                        let wide: Vec<i64> = v.iter().map(|&x| x.into()).collect();
+                        arrow::compute::cast(&Int64Array::from(wide), t)
+                    })
+                    .unwrap()
+            };
+            let values = of(vec![3, 1, 7, 2]);
+            let converter = RowConverter::new(vec![SortField::new(t.clone())]).unwrap();
+            let rows = converter.convert_columns(&[Arc::clone(&values)]).unwrap();
+            for row in rows.iter() {
+                let key = fixed_key(row.as_ref(), width).unwrap_or_else(|| panic!("{t}"));
+                let mut back = Vec::new();
+                fixed_row(key, width, &mut back);
+                assert_eq!(back, row.as_ref(), "{t}");
+            }
+            let mut max = CountedExtreme::new(t, true).unwrap();
+            max.update(&[Arc::clone(&values)], &[0, 0, 0, 0], None, 1)
+                .unwrap();
+            let want = of(vec![7]);
+            assert_eq!(max.evaluate(&[0]).unwrap().to_data(), want.to_data(), "{t}");
+        }
+        // Wider or variable-width types keep byte-string keys.
+        for t in [
+            DataType::Utf8,
+            DataType::Decimal128(10, 2),
+            DataType::Boolean,
+            DataType::Interval(IntervalUnit::MonthDayNano),
+        ] {
+            assert_eq!(fixed_width(&t), None, "{t}");
+        }
+    }
+
     /// A checkpoint whose value is not of the type's width is refused.
     #[test]
     fn a_fixed_width_value_of_another_width_is_corrupt() {
