@@ -1,14 +1,13 @@
 //! [`InlineBytes`]: a short byte string (a key or a value in Arrow's row
-//! format) held inline, so a hash table or tree that holds it reads it
-//! where its slot is instead of chasing a pointer to a heap box: every
-//! fixed-width value and most keys are at most 16 bytes.
+//! format) held inline, so a hash table that holds it reads it where its
+//! slot is instead of chasing a pointer to a heap box: most keys and short
+//! values are at most 16 bytes.
 
 use std::borrow::Borrow;
-use std::cmp::Ordering;
 use std::hash::{Hash, Hasher};
 
-/// Bytes, inline up to 16 of them. Orders, compares and hashes as the
-/// `[u8]` it holds, so a table keyed by it is looked up by `&[u8]`.
+/// Bytes, inline up to 16 of them. Compares and hashes as the `[u8]` it
+/// holds, so a table keyed by it is looked up by `&[u8]`.
 #[derive(Debug, Clone)]
 pub enum InlineBytes {
     /// The bytes, zero-padded, and their length.
@@ -80,34 +79,13 @@ impl std::ops::Deref for InlineBytes {
     }
 }
 
-impl Ord for InlineBytes {
-    /// The bytes' order. Zero padding keeps it: where two padded values
-    /// first differ, either both hold real bytes there, or the shorter one
-    /// has ended (so it is a prefix, and smaller); equal padded values
-    /// order by length.
-    fn cmp(&self, other: &Self) -> Ordering {
-        match (self, other) {
-            (InlineBytes::Inline(a, m), InlineBytes::Inline(b, n)) => u128::from_be_bytes(*a)
-                .cmp(&u128::from_be_bytes(*b))
-                .then(m.cmp(n)),
-            _ => self.as_slice().cmp(other.as_slice()),
-        }
-    }
-}
-
-impl PartialOrd for InlineBytes {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
     #[test]
-    fn inline_bytes_order_compare_and_hash_as_their_bytes() {
+    fn inline_bytes_compare_and_hash_as_their_bytes() {
         // Short and long values, with zero bytes where padding would be.
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let mut values: Vec<Vec<u8>> = (0..2000)
@@ -128,7 +106,6 @@ mod tests {
             assert_eq!(hasher.hash_one(&x), hasher.hash_one(a.as_slice()));
             for b in values.iter().step_by(7) {
                 let y = InlineBytes::new(b);
-                assert_eq!(x.cmp(&y), a.cmp(b), "{a:?} {b:?}");
                 assert_eq!(x == y, a == b);
             }
         }
