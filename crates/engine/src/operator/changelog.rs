@@ -40,8 +40,9 @@ pub struct TableRows {
     key: Vec<usize>,
     keys: RowConverter,
     rows: RowConverter,
-    /// Each key's current row (Arrow's row format). An update rewrites
-    /// the row's buffer in place, so steady updates allocate nothing.
+    /// Each key's current row (Arrow's row format), inline in its slot
+    /// when short. An update rewrites the row in place, so steady updates
+    /// allocate nothing.
     current: KeyedRows,
     /// The old rows of the changes being applied, end to end.
     old: Vec<u8>,

@@ -28,9 +28,15 @@ use crate::inline_bytes::InlineBytes;
 /// Bytes a key costs besides its key and row (hash table slot, boxes).
 const OVERHEAD: usize = 64;
 
+/// A row, inline up to 46 bytes: an upsert compares the new row with the
+/// old one, and an old row read from the slot the lookup brought into
+/// cache is not a second cache miss (a tenth of a changelog aggregation's
+/// time when rows were boxed). The slot stays 80 bytes.
+type Row = InlineBytes<46>;
+
 struct Slot {
     /// The key's row; `None`: deleted, and the store not told yet.
-    row: Option<Vec<u8>>,
+    row: Option<Row>,
     /// Changed since last written to the store.
     changed: bool,
     /// The batch that last touched it (eviction order).
@@ -139,7 +145,7 @@ impl KeyedRows {
         }
         let rows = self.rows.convert_columns(found.values.columns())?;
         for (j, &i) in found.found.iter().enumerate() {
-            let row = rows.row(j).as_ref().to_vec();
+            let row = Row::new(rows.row(j).as_ref());
             self.bytes += missing[i].len() + row.len() + OVERHEAD;
             self.live += 1;
             let slot = Slot {
@@ -163,14 +169,13 @@ impl KeyedRows {
                     Some(row) => {
                         old.extend_from_slice(row);
                         self.bytes = (self.bytes + new.len()).saturating_sub(row.len());
-                        row.clear();
-                        row.extend_from_slice(new);
+                        row.set(new);
                         slot.changed = true;
                         Upsert::Replaced
                     }
                     None => {
                         self.bytes += new.len();
-                        slot.row = Some(new.to_vec());
+                        slot.row = Some(Row::new(new));
                         slot.changed = true;
                         self.live += 1;
                         Upsert::Inserted
@@ -181,7 +186,7 @@ impl KeyedRows {
                 self.bytes += key.len() + new.len() + OVERHEAD;
                 self.live += 1;
                 let slot = Slot {
-                    row: Some(new.to_vec()),
+                    row: Some(Row::new(new)),
                     changed: true,
                     used: clock,
                 };
