@@ -29,8 +29,9 @@ impl<const N: usize> InlineBytes<N> {
         }
     }
 
-    /// Makes these bytes `value`, in place when the box held is as long
-    /// (a row rewritten with values of the same widths allocates nothing).
+    /// Makes these bytes `value`: in place when inline or when the box
+    /// held is as long (a row rewritten with values of the same widths
+    /// allocates nothing); a boxed value of another length gets a new box.
     pub fn set(&mut self, value: &[u8]) {
         match self {
             InlineBytes::Heap(b) if b.len() == value.len() => b.copy_from_slice(value),

@@ -41,8 +41,8 @@ pub struct TableRows {
     keys: RowConverter,
     rows: RowConverter,
     /// Each key's current row (Arrow's row format), inline in its slot
-    /// when short. An update rewrites the row in place, so steady updates
-    /// allocate nothing.
+    /// up to 46 bytes. An update rewrites the row in place, so it allocates
+    /// nothing unless a longer row's length changes (a new box).
     current: KeyedRows,
     /// The old rows of the changes being applied, end to end.
     old: Vec<u8>,
