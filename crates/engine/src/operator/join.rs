@@ -428,6 +428,10 @@ impl JoinOperator {
             let read = log.read(watermark, RESTORE_CHUNK_ROWS, |logged| {
                 self.restore_logged(side, logged, watermark, memory)
             });
+            // Numbers below the log's next are taken by stored rows: a row
+            // numbered among them would never be written.
+            let rows = &mut self.stores[side];
+            rows.next_seq = rows.next_seq.max(log.next_seq());
             self.logs[side] = Some(log);
             read?;
         }

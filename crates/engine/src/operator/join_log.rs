@@ -107,6 +107,13 @@ impl RowLog {
         })
     }
 
+    /// The number after every stored row's, alive or not: a restored side
+    /// numbers its next rows from here, so that they are new to the log
+    /// (the rows stored last may be gone at the restore's watermark).
+    pub fn next_seq(&self) -> u64 {
+        self.logged
+    }
+
     /// The side's rows expiring before `watermark` were dropped.
     pub fn expired(&mut self, watermark: i64) {
         self.expired_before = self.expired_before.max(watermark);
