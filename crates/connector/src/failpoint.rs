@@ -11,6 +11,13 @@
 //! - `after-commit`: the sink committed an epoch, its checkpoint is not written;
 //! - `exchange-before-commit`: a first stage wrote an epoch's routed rows
 //!   and progress into its exchange's transaction, which is not committed.
+//!
+//! A failpoint may also fail instead of killing ([`fails`]): the `N`th time
+//! the place is reached it returns an error, as a broker's passing trouble
+//! would. The names in use:
+//!
+//! - `replica-load`: reading a task's checkpoint from its replica meets a
+//!   transient error.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +41,12 @@ fn armed() -> Option<&'static Armed> {
             })
         })
         .as_ref()
+}
+
+/// True if the failpoint `name` is armed and this is its hit: the caller
+/// then fails as it would on the error the failpoint stands for.
+pub fn fails(name: &str) -> bool {
+    armed().is_some_and(|a| a.name == name && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.at)
 }
 
 /// Kills the process (-9) if the failpoint `name` is armed and this is its hit.

@@ -436,6 +436,12 @@ impl CheckpointReplica for StateTopic {
     }
 
     fn load(&mut self) -> Result<Replicated, ConnectorError> {
+        if ubik_connector::failpoint::fails("replica-load") {
+            return Err(ConnectorError::Transient(format!(
+                "reading {}: failpoint replica-load",
+                self.url.topic
+            )));
+        }
         let mut latest = self.read_all()?;
         let topic = self.url.topic.clone();
         let task = self.task;

@@ -44,6 +44,13 @@ const TASK_POLL: Duration = Duration::ZERO;
 /// How long the loop waits after a round in which no task read a record.
 const IDLE_ROUND: Duration = Duration::from_millis(10);
 
+/// How often a task whose opening met a transient error (a broker moving
+/// a partition's leader, a restore's read timing out) is tried again, the
+/// first time after [`OPEN_RETRY_FIRST`], then twice as long each time
+/// (about a minute in all), before the member gives up with the error.
+const OPEN_ATTEMPTS: u32 = 7;
+const OPEN_RETRY_FIRST: Duration = Duration::from_millis(500);
+
 /// How many assigned tasks open side by side in one round of the loop:
 /// opening in batches of 8 took 5 s for 32 tasks, all at once 1.75 s.
 const OPEN_AT_ONCE: usize = 32;
@@ -282,6 +289,10 @@ fn is_fenced(e: &RuntimeError) -> bool {
     matches!(e, RuntimeError::Connector(ConnectorError::Fenced(_)))
 }
 
+fn is_transient(e: &RuntimeError) -> bool {
+    matches!(e, RuntimeError::Connector(ConnectorError::Transient(_)))
+}
+
 /// Runs this process's share of the group's tasks until `opts.stop` is set
 /// (then every task commits, checkpoints and the member leaves), or, for a
 /// bounded input, until it owns every task and all have finished.
@@ -384,15 +395,23 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
     }
     // Assigned, not opened yet.
     let mut opening: BTreeSet<TaskKind> = BTreeSet::new();
+    // Tasks whose opening failed on a transient error (a broker moving a
+    // partition's leader while the task restored): when to try again, and
+    // the attempts so far.
+    let mut retry: BTreeMap<TaskKind, (Instant, u32)> = BTreeMap::new();
     // Whether the last round's tasks read anything.
     let mut progressed = true;
     let mut last_report = Instant::now();
     loop {
         let stop = opts.stop.load(Ordering::Relaxed);
         let idle = lock(&shared).open.values().all(|t| t.finished);
-        let wait = if opening.is_empty() && idle {
+        // Tasks to open now (not waiting to retry).
+        let to_open = opening
+            .iter()
+            .any(|k| retry.get(k).is_none_or(|r| r.0 <= Instant::now()));
+        let wait = if !to_open && idle {
             Duration::from_millis(100)
-        } else if opening.is_empty() && !progressed {
+        } else if !to_open && !progressed {
             IDLE_ROUND
         } else {
             Duration::ZERO
@@ -411,6 +430,7 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
                     // Handed over already, unless it was still opening.
                     for (t, p) in ps {
                         opening.remove(&kind_of(&t, p));
+                        retry.remove(&kind_of(&t, p));
                     }
                 }
             }
@@ -419,10 +439,18 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // transactional producer's initialisation, a restore), up to
         // OPEN_AT_ONCE per round (a member's usual share, so in one wait),
         // then the member serves the group protocol again.
-        if !stop && !opening.is_empty() {
-            let batch: Vec<TaskKind> = (0..OPEN_AT_ONCE)
-                .map_while(|_| opening.pop_first())
+        let now = Instant::now();
+        let due = |kind: &TaskKind| retry.get(kind).is_none_or(|r| r.0 <= now);
+        if !stop && opening.iter().any(due) {
+            let batch: Vec<TaskKind> = opening
+                .iter()
+                .copied()
+                .filter(due)
+                .take(OPEN_AT_ONCE)
                 .collect();
+            for kind in &batch {
+                opening.remove(kind);
+            }
             let copies = batch
                 .iter()
                 .map(|&kind| Ok((kind, spec.group_copy()?)))
@@ -446,7 +474,18 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
             for (kind, t) in opened {
                 match t {
                     Ok(t) => {
+                        retry.remove(&kind);
                         tasks.open.insert(kind, t);
+                    }
+                    Err(e)
+                        if is_transient(&e)
+                            && retry.get(&kind).is_none_or(|r| r.1 < OPEN_ATTEMPTS) =>
+                    {
+                        let attempts = retry.get(&kind).map_or(1, |r| r.1 + 1);
+                        let delay = OPEN_RETRY_FIRST * 2u32.pow(attempts - 1);
+                        warn!(task = %kind, attempt = attempts, "opening the task: {e}; retrying in {delay:?}");
+                        retry.insert(kind, (Instant::now() + delay, attempts));
+                        opening.insert(kind);
                     }
                     Err(e) => {
                         // Dropped, not handed over: the run ends with the error.
