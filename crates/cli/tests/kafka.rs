@@ -1931,7 +1931,8 @@ fn join_run(
 /// others are armed to die at `failpoint` (between a transaction's commit
 /// and its checkpoint, or inside an exchange, between a first stage's
 /// produce and its commit, which only a member owning a first stage task
-/// reaches); at least one does. A fourth joins, unarmed. The group's committed records are one
+/// reaches); at least one does. A fourth joins, armed only with a failing
+/// replica read (it opens the task again). The group's committed records are one
 /// process's, byte for byte, every version, and at least `min_records`.
 /// (Before joins were routed, every member stopped with "a join cannot be
 /// repartitioned by key yet".)
