@@ -177,7 +177,8 @@ fn a_checkpoint_writes_the_versions_that_changed() {
 const INTERVAL: &str = "SELECT a.k, a.ts, b.ts AS b_ts FROM a LEFT JOIN b ON a.k = b.k \
                         AND a.ts BETWEEN b.ts AND b.ts + INTERVAL '60' SECOND";
 
-fn interval_plan() -> QueryPlan {
+/// `sql` over tables `a` and `b` of [`schema`], on time by `ts`.
+fn plan_ab(sql: &str) -> QueryPlan {
     let catalog = Catalog::new()
         .with_table("a", schema())
         .with_table("b", schema());
@@ -186,7 +187,11 @@ fn interval_plan() -> QueryPlan {
         event_time: Some("ts".into()),
         ..QueryOptions::default()
     };
-    plan_query(INTERVAL, &catalog, options).unwrap()
+    plan_query(sql, &catalog, options).unwrap()
+}
+
+fn interval_plan() -> QueryPlan {
+    plan_ab(INTERVAL)
 }
 
 /// Batch `from` of both sides: about one right row in the left row's
@@ -266,15 +271,7 @@ fn rows_at(keys: &[i64], at: i64, expires: i64) -> arrow::array::RecordBatch {
 /// keyed task moved twice lost joined rows.)
 #[test]
 fn rows_after_a_restore_survive_the_next_one() {
-    let catalog = Catalog::new()
-        .with_table("a", schema())
-        .with_table("b", schema());
-    let options = QueryOptions {
-        lateness_us: 0,
-        event_time: Some("ts".into()),
-        ..QueryOptions::default()
-    };
-    let plan = plan_query(UNTIL, &catalog, options).unwrap();
+    let plan = plan_ab(UNTIL);
     let [a0, b0] = ["a", "b"].map(|n| partition_id(plan.source_index(n).unwrap(), 0));
     let a1 = partition_id(plan.source_index("a").unwrap(), 1);
     let open_query = |store: Option<SharedStore>| {

@@ -293,6 +293,12 @@ fn is_transient(e: &RuntimeError) -> bool {
     matches!(e, RuntimeError::Connector(ConnectorError::Transient(_)))
 }
 
+/// Whether task `kind`, assigned but not open, is to be opened at `now`
+/// (not waiting for a retry after a transient error).
+fn open_due(retry: &BTreeMap<TaskKind, (Instant, u32)>, kind: &TaskKind, now: Instant) -> bool {
+    retry.get(kind).is_none_or(|r| r.0 <= now)
+}
+
 /// Runs this process's share of the group's tasks until `opts.stop` is set
 /// (then every task commits, checkpoints and the member leaves), or, for a
 /// bounded input, until it owns every task and all have finished.
@@ -405,10 +411,8 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
     loop {
         let stop = opts.stop.load(Ordering::Relaxed);
         let idle = lock(&shared).open.values().all(|t| t.finished);
-        // Tasks to open now (not waiting to retry).
-        let to_open = opening
-            .iter()
-            .any(|k| retry.get(k).is_none_or(|r| r.0 <= Instant::now()));
+        let now = Instant::now();
+        let to_open = opening.iter().any(|k| open_due(&retry, k, now));
         let wait = if !to_open && idle {
             Duration::from_millis(100)
         } else if !to_open && !progressed {
@@ -440,12 +444,11 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // OPEN_AT_ONCE per round (a member's usual share, so in one wait),
         // then the member serves the group protocol again.
         let now = Instant::now();
-        let due = |kind: &TaskKind| retry.get(kind).is_none_or(|r| r.0 <= now);
-        if !stop && opening.iter().any(due) {
+        if !stop && opening.iter().any(|k| open_due(&retry, k, now)) {
             let batch: Vec<TaskKind> = opening
                 .iter()
                 .copied()
-                .filter(due)
+                .filter(|k| open_due(&retry, k, now))
                 .take(OPEN_AT_ONCE)
                 .collect();
             for kind in &batch {
