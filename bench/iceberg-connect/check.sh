@@ -138,7 +138,9 @@ for fmt in $FORMATS; do
   table=ubik.${tag}_${RUN//-/_}
   case $fmt in
   json-connect) dest="kafka://$B/$topic?format=json-connect" ;;
-  avro) dest="kafka://$B/$topic?format=avro&registry=$CCOMPAT" ;;
+  # timestamp_unit=ms: `w` as timestamp-millis, the one timestamp Connect's Avro converters
+  # (Apicurio's, Confluent's) read as a Connect Timestamp; timestamp-micros becomes a long.
+  avro) dest="kafka://$B/$topic?format=avro&registry=$CCOMPAT&timestamp_unit=ms" ;;
   *) die "unknown format $fmt" ;;
   esac
   echo

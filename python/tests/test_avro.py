@@ -148,10 +148,14 @@ def test_avro_and_connect_json_out_fold_to_the_oracle(kafka_broker, registry):
         assert r.returncode == 0, r.stderr[-3000:]
 
     client = SchemaRegistryClient({"url": registry})
-    value_schema = json.loads(client.get_latest_version(f"{out_avro}-value").schema.schema_str)
-    # A nullable column (as the result schema says) is the union ["null", T].
-    types = {f["name"]: [t for t in f["type"] if t != "null"][0] if isinstance(f["type"], list) else f["type"]
-             for f in value_schema["fields"]}
+
+    def avro_types(subject):
+        fields = json.loads(client.get_latest_version(subject).schema.schema_str)["fields"]
+        # A nullable column (as the result schema says) is the union ["null", T].
+        return {f["name"]: [t for t in f["type"] if t != "null"][0] if isinstance(f["type"], list) else f["type"]
+                for f in fields}
+
+    types = avro_types(f"{out_avro}-value")
     assert types["w"] == {"type": "long", "logicalType": "timestamp-micros"}, types
     assert types["n"] == "long" and types["total"] == "double", types
     key_schema = json.loads(client.get_latest_version(f"{out_avro}-key").schema.schema_str)
@@ -165,6 +169,22 @@ def test_avro_and_connect_json_out_fold_to_the_oracle(kafka_broker, registry):
             v, SerializationContext(out_avro, MessageField.VALUE))
     got = pa.Table.from_pylist([v for v in latest.values() if v is not None])
     assert_same(got, want, ["merchant", "w"])
+
+    # timestamp_unit=ms: `w` as timestamp-millis (what Kafka Connect's Avro
+    # converters read as a Timestamp), the same rows (windows are whole ms).
+    out_millis = f"{topic}-avro-ms"
+    r = run_cli([Q, "--from", f"orders={source}", "--lateness", "5s", "--to",
+                 f"kafka://{kafka_broker}/{out_millis}?format=avro&registry={registry}&timestamp_unit=ms"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    for part in ("key", "value"):
+        w = avro_types(f"{out_millis}-{part}")["w"]
+        assert w == {"type": "long", "logicalType": "timestamp-millis"}, w
+    latest = {}
+    for k, v in consume(kafka_broker, out_millis):
+        key = key_de(k, SerializationContext(out_millis, MessageField.KEY))
+        latest[(key["merchant"], key["w"])] = None if v is None else value_de(
+            v, SerializationContext(out_millis, MessageField.VALUE))
+    assert_same(pa.Table.from_pylist([v for v in latest.values() if v is not None]), want, ["merchant", "w"])
 
     latest = {}
     for k, v in consume(kafka_broker, out_connect):

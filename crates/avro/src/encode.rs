@@ -11,7 +11,7 @@
 //! | REAL, DOUBLE | `float`, `double` |
 //! | VARCHAR | `string` |
 //! | VARBINARY | `bytes` |
-//! | TIMESTAMP (a window's start and end too) | `long` + `timestamp-micros` |
+//! | TIMESTAMP (a window's start and end too) | `long` + `timestamp-micros`, or `timestamp-millis` ([`TimestampPrecision::Millis`]) |
 //! | DATE | `int` + `date` |
 //! | DECIMAL(p, s) | `bytes` + `decimal(p, s)` |
 //! | a nullable column | `["null", T]` with default null |
@@ -29,8 +29,43 @@ use ubik_format::ChangeEncoder;
 use crate::error::{AvroError, Result};
 use crate::registry::{Registry, RegistryError};
 
+/// What a TIMESTAMP column is written as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TimestampPrecision {
+    /// `timestamp-micros`: TIMESTAMP's own precision.
+    #[default]
+    Micros,
+    /// `timestamp-millis`, the microseconds cut (rounded down, as Kafka
+    /// Connect's JSON `Timestamp` is): Kafka Connect's Avro converters map
+    /// only this one to Connect's `Timestamp`, so a Connect sink types the
+    /// column as a time, not a number (`timestamp_unit=ms` on the output).
+    Millis,
+}
+
+impl TimestampPrecision {
+    fn logical_type(self) -> &'static str {
+        match self {
+            TimestampPrecision::Micros => "timestamp-micros",
+            TimestampPrecision::Millis => "timestamp-millis",
+        }
+    }
+
+    /// The ticks of a second it counts.
+    fn per_second(self) -> i64 {
+        match self {
+            TimestampPrecision::Micros => 1_000_000,
+            TimestampPrecision::Millis => 1000,
+        }
+    }
+}
+
 /// The Avro schema of a record holding `columns` of `schema`.
-pub fn record_schema(schema: &Schema, columns: &[usize], name: &str) -> Result<Value> {
+pub fn record_schema(
+    schema: &Schema,
+    columns: &[usize],
+    name: &str,
+    precision: TimestampPrecision,
+) -> Result<Value> {
     let fields = columns
         .iter()
         .map(|&c| {
@@ -41,7 +76,7 @@ pub fn record_schema(schema: &Schema, columns: &[usize], name: &str) -> Result<V
                     f.name()
                 )));
             }
-            let t = avro_type(f)?;
+            let t = avro_type(f, precision)?;
             Ok(if f.is_nullable() {
                 json!({"name": f.name(), "type": ["null", t], "default": null})
             } else {
@@ -52,7 +87,7 @@ pub fn record_schema(schema: &Schema, columns: &[usize], name: &str) -> Result<V
     Ok(json!({"type": "record", "name": name, "namespace": "ubik", "fields": fields}))
 }
 
-fn avro_type(f: &Field) -> Result<Value> {
+fn avro_type(f: &Field, precision: TimestampPrecision) -> Result<Value> {
     Ok(match f.data_type() {
         DataType::Boolean => json!("boolean"),
         DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {
@@ -63,7 +98,9 @@ fn avro_type(f: &Field) -> Result<Value> {
         DataType::Float64 => json!("double"),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => json!("string"),
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => json!("bytes"),
-        DataType::Timestamp(_, _) => json!({"type": "long", "logicalType": "timestamp-micros"}),
+        DataType::Timestamp(_, _) => {
+            json!({"type": "long", "logicalType": precision.logical_type()})
+        }
         DataType::Date32 => json!({"type": "int", "logicalType": "date"}),
         DataType::Decimal128(p, s) if *s >= 0 => {
             json!({"type": "bytes", "logicalType": "decimal", "precision": p, "scale": s})
@@ -132,6 +169,7 @@ pub struct AvroChangelogEncoder {
     keyed: bool,
     key_id: u32,
     value_id: u32,
+    precision: TimestampPrecision,
     key: Vec<u8>,
     value: Vec<u8>,
 }
@@ -145,29 +183,38 @@ impl AvroChangelogEncoder {
         schema: &Schema,
         key_columns: Vec<usize>,
         keyed: bool,
+        precision: TimestampPrecision,
     ) -> Result<Self> {
         let all: Vec<usize> = (0..schema.fields().len()).collect();
-        let value = record_schema(schema, &all, &record_name(topic, "value"))?;
+        let value = record_schema(schema, &all, &record_name(topic, "value"), precision)?;
         let value_id = register(registry, &format!("{topic}-value"), &value)?;
         let key_id = if keyed {
-            let key = record_schema(schema, &key_columns, &record_name(topic, "key"))?;
+            let key = record_schema(schema, &key_columns, &record_name(topic, "key"), precision)?;
             register(registry, &format!("{topic}-key"), &key)?
         } else {
             0
         };
-        Ok(Self::with_ids(key_columns, keyed, key_id, value_id))
+        Ok(Self::with_ids(key_columns, keyed, key_id, value_id).with_precision(precision))
     }
 
-    /// An encoder writing schema ids already registered.
+    /// An encoder writing schema ids already registered (timestamps in
+    /// microseconds).
     pub fn with_ids(key_columns: Vec<usize>, keyed: bool, key_id: u32, value_id: u32) -> Self {
         Self {
             key_columns,
             keyed,
             key_id,
             value_id,
+            precision: TimestampPrecision::default(),
             key: Vec::with_capacity(64),
             value: Vec::with_capacity(256),
         }
+    }
+
+    /// Writes TIMESTAMP columns at `precision` (the schemas' logical type).
+    pub fn with_precision(mut self, precision: TimestampPrecision) -> Self {
+        self.precision = precision;
+        self
     }
 
     /// Encodes every row of `rows`, calling `emit` once per record in order.
@@ -181,7 +228,7 @@ impl AvroChangelogEncoder {
         let cells = rows
             .columns()
             .iter()
-            .map(Cell::of)
+            .map(|c| Cell::of(c, self.precision))
             .collect::<Result<Vec<_>>>()?;
         let nullable: Vec<bool> = rows
             .schema()
@@ -264,7 +311,7 @@ enum Cell<'a> {
 }
 
 impl<'a> Cell<'a> {
-    fn of(a: &'a ArrayRef) -> Result<Self> {
+    fn of(a: &'a ArrayRef, precision: TimestampPrecision) -> Result<Self> {
         Ok(match a.data_type() {
             DataType::Boolean => Cell::Boolean(a.as_boolean()),
             DataType::Int8
@@ -293,22 +340,22 @@ impl<'a> Cell<'a> {
             DataType::Timestamp(unit, _) => {
                 let raw = arrow::compute::cast(a, &DataType::Int64)?;
                 let raw = raw.as_primitive::<Int64Type>();
-                let per = match unit {
-                    TimeUnit::Second => 1_000_000,
+                let from = match unit {
+                    TimeUnit::Second => 1,
                     TimeUnit::Millisecond => 1000,
-                    TimeUnit::Microsecond => 1,
-                    TimeUnit::Nanosecond => -1000,
+                    TimeUnit::Microsecond => 1_000_000,
+                    TimeUnit::Nanosecond => 1_000_000_000,
                 };
-                Cell::Long(if per == 1 {
-                    raw.clone()
-                } else {
-                    arrow::compute::kernels::arity::unary(raw, |v| {
-                        if per > 0 {
-                            v.saturating_mul(per)
-                        } else {
-                            v.div_euclid(-per)
-                        }
-                    })
+                let to = precision.per_second();
+                Cell::Long(match from.cmp(&to) {
+                    std::cmp::Ordering::Equal => raw.clone(),
+                    std::cmp::Ordering::Less => {
+                        arrow::compute::kernels::arity::unary(raw, |v| v.saturating_mul(to / from))
+                    }
+                    // Rounded down, also before 1970.
+                    std::cmp::Ordering::Greater => {
+                        arrow::compute::kernels::arity::unary(raw, |v| v.div_euclid(from / to))
+                    }
                 })
             }
             DataType::Decimal128(_, _) => Cell::Decimal(a.as_primitive()),
@@ -413,7 +460,7 @@ mod tests {
     #[test]
     fn names_that_avro_refuses_are_refused_with_the_fix() {
         let schema = Schema::new(vec![Field::new("count(*)", DataType::Int64, false)]);
-        let e = record_schema(&schema, &[0], "t_value")
+        let e = record_schema(&schema, &[0], "t_value", TimestampPrecision::Micros)
             .unwrap_err()
             .to_string();
         assert!(e.contains("name it with AS"), "{e}");

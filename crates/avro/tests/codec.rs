@@ -12,7 +12,7 @@ use arrow::array::{
     RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use ubik_avro::encode::{record_schema, write_long};
+use ubik_avro::encode::{TimestampPrecision, record_schema, write_long};
 use ubik_avro::{AvroChangelogEncoder, AvroDecoder};
 use ubik_format::RecordDecoder;
 
@@ -54,7 +54,12 @@ fn result_rows() -> RecordBatch {
 
 /// Encodes `rows` as value records with schema id `id`.
 fn encode(rows: &RecordBatch, id: u32) -> Vec<Vec<u8>> {
-    let mut encoder = AvroChangelogEncoder::with_ids(vec![0], false, 0, id);
+    encode_at(rows, id, TimestampPrecision::Micros)
+}
+
+fn encode_at(rows: &RecordBatch, id: u32, precision: TimestampPrecision) -> Vec<Vec<u8>> {
+    let mut encoder =
+        AvroChangelogEncoder::with_ids(vec![0], false, 0, id).with_precision(precision);
     let mut out = Vec::new();
     let timestamps = Int64Array::from(vec![None::<i64>; rows.num_rows()]);
     encoder
@@ -68,8 +73,12 @@ fn encode(rows: &RecordBatch, id: u32) -> Vec<Vec<u8>> {
 }
 
 fn value_schema(rows: &RecordBatch) -> String {
+    value_schema_at(rows, TimestampPrecision::Micros)
+}
+
+fn value_schema_at(rows: &RecordBatch, precision: TimestampPrecision) -> String {
     let all: Vec<usize> = (0..rows.num_columns()).collect();
-    record_schema(&rows.schema(), &all, "t_value")
+    record_schema(&rows.schema(), &all, "t_value", precision)
         .unwrap()
         .to_string()
 }
@@ -101,6 +110,53 @@ fn encoded_rows_decode_to_the_same_columns() {
         assert_eq!(got.data_type(), field.data_type(), "{}", field.name());
         assert_eq!(
             &got.to_data(),
+            &rows.column(c).to_data(),
+            "{}",
+            field.name()
+        );
+    }
+}
+
+/// `timestamp_unit=ms` on an Avro output: TIMESTAMP columns are
+/// `timestamp-millis`, their microseconds cut (rounded down, before 1970
+/// too); the decoder reads them back as TIMESTAMP.
+#[test]
+fn millisecond_timestamps_decode_to_the_microseconds_cut() {
+    let rows = result_rows();
+    let schema = value_schema_at(&rows, TimestampPrecision::Millis);
+    assert!(
+        schema.contains(r#"{"logicalType":"timestamp-millis","type":"long"}"#),
+        "{schema}"
+    );
+    assert!(!schema.contains("timestamp-micros"), "{schema}");
+    let records = encode_at(&rows, 3, TimestampPrecision::Millis);
+    let mut d = decoder(&schema, &[(3, &schema)]);
+    let decoded = d.decode(&refs(&records)).unwrap();
+    assert!(decoded.bad.is_empty(), "{:?}", decoded.bad);
+    let w = rows.schema().index_of("w").unwrap();
+    let cut: Vec<i64> = rows
+        .column(w)
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+        .values()
+        .iter()
+        .map(|v| v.div_euclid(1000) * 1000)
+        .collect();
+    assert_eq!(cut, vec![0, 1_700_000_000_123_000, -1000]);
+    let got = decoded
+        .batch
+        .column(w)
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+    assert_eq!(got.values().to_vec(), cut);
+    // Every other column is as at microseconds.
+    for (c, field) in rows
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| *c != w)
+    {
+        assert_eq!(
+            &decoded.batch.column(c).to_data(),
             &rows.column(c).to_data(),
             "{}",
             field.name()

@@ -128,7 +128,9 @@ pub fn run(table: &str, events: u64, columns: Option<&str>) -> Result<()> {
         }
     };
     let all: Vec<usize> = (0..schema.fields().len()).collect();
-    let avro_schema = ubik_avro::encode::record_schema(&schema, &all, "bench_value")?.to_string();
+    let avro_schema =
+        ubik_avro::encode::record_schema(&schema, &all, "bench_value", Default::default())?
+            .to_string();
     let mut avro_encoder = ubik_avro::AvroChangelogEncoder::with_ids(Vec::new(), false, 0, 1);
     let avro_records = encoded(table, events, &schema, &mut avro_encoder)?;
     let avro_bytes: usize = avro_records.iter().map(Vec::len).sum();

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use ubik_avro::encode::TimestampPrecision;
 use ubik_avro::{AvroChangelogEncoder, AvroDecoder, AvroError, DebeziumAvro, Registry};
 use ubik_engine::QueryPlan;
 use ubik_format::ChangeEncoder;
@@ -247,7 +248,9 @@ pub fn sink_encoder(
         return Ok(Box::new(ChangelogEncoder::new(schema, keys, keyed)));
     };
     let url = kafka_url(url)?;
-    Ok(match named(&url, true)? {
+    let named = named(&url, true)?;
+    let precision = output_precision(&url, named)?;
+    Ok(match named {
         // named() refuses a source-only format on an output.
         Named::Json | Named::DebeziumJson | Named::DebeziumAvro => {
             Box::new(ChangelogEncoder::new(schema, keys, keyed))
@@ -260,8 +263,65 @@ pub fn sink_encoder(
                 schema,
                 keys,
                 keyed,
+                precision,
             )
             .map_err(avro_error)?,
         ),
     })
+}
+
+/// What an output's TIMESTAMP columns are written as: `timestamp_unit=ms`
+/// (or `us`, the default) on an Avro output; other outputs name no unit
+/// (JSON writes RFC 3339 text, `json-connect` Connect's milliseconds).
+fn output_precision(url: &KafkaUrl, named: Named) -> Result<TimestampPrecision> {
+    match (named, url.timestamp_unit) {
+        (_, None) => Ok(TimestampPrecision::Micros),
+        (Named::Avro, Some(EpochUnit::Micros)) => Ok(TimestampPrecision::Micros),
+        (Named::Avro, Some(EpochUnit::Millis)) => Ok(TimestampPrecision::Millis),
+        (Named::Avro, Some(other)) => Err(RuntimeError::Config(format!(
+            "timestamp_unit={} on an Avro output: Avro writes timestamp-micros (us, the default) or timestamp-millis (ms, what Kafka Connect's Avro converters read as a Timestamp)",
+            other.name()
+        ))),
+        (_, Some(_)) => Err(RuntimeError::Config(
+            "timestamp_unit= on an output is for format=avro (timestamp-millis or -micros); JSON writes RFC 3339 text and json-connect Connect's epoch milliseconds: drop timestamp_unit=".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn precision(query: &str) -> Result<TimestampPrecision> {
+        let url = kafka_url(&format!("kafka://b:9092/out?{query}"))?;
+        output_precision(&url, named(&url, true)?)
+    }
+
+    #[test]
+    fn an_avro_output_writes_timestamps_at_the_unit_it_names() {
+        for (query, want) in [
+            ("format=avro", TimestampPrecision::Micros),
+            ("format=avro&timestamp_unit=us", TimestampPrecision::Micros),
+            ("format=avro&timestamp_unit=ms", TimestampPrecision::Millis),
+            ("format=json", TimestampPrecision::Micros),
+        ] {
+            assert_eq!(precision(query).unwrap(), want, "{query}");
+        }
+    }
+
+    #[test]
+    fn a_unit_avro_cannot_write_or_on_json_is_refused_with_the_fix() {
+        for (query, says) in [
+            ("format=avro&timestamp_unit=ns", "timestamp-millis (ms"),
+            ("format=avro&timestamp_unit=s", "timestamp-millis (ms"),
+            ("timestamp_unit=ms", "drop timestamp_unit="),
+            (
+                "format=json-connect&timestamp_unit=ms",
+                "drop timestamp_unit=",
+            ),
+        ] {
+            let e = precision(query).unwrap_err().to_string();
+            assert!(e.contains(says), "{query}: {e}");
+        }
+    }
 }
