@@ -35,8 +35,8 @@ pub enum TimestampPrecision {
     /// `timestamp-micros`: TIMESTAMP's own precision.
     #[default]
     Micros,
-    /// `timestamp-millis`, the microseconds cut (rounded down, as Kafka
-    /// Connect's JSON `Timestamp` is): Kafka Connect's Avro converters map
+    /// `timestamp-millis`, the microseconds cut (rounded down, as ubik's
+    /// `json-connect` output cuts them): Kafka Connect's Avro converters map
     /// only this one to Connect's `Timestamp`, so a Connect sink types the
     /// column as a time, not a number (`timestamp_unit=ms` on the output).
     Millis,

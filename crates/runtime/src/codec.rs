@@ -250,6 +250,10 @@ pub fn sink_encoder(
     let url = kafka_url(url)?;
     let named = named(&url, true)?;
     let precision = output_precision(&url, named)?;
+    if named != Named::Avro && url.registry.is_some() {
+        // Refused as on a source, not ignored.
+        registry(&url, settings)?;
+    }
     Ok(match named {
         // named() refuses a source-only format on an output.
         Named::Json | Named::DebeziumJson | Named::DebeziumAvro => {
@@ -306,6 +310,27 @@ mod tests {
             ("format=json", TimestampPrecision::Micros),
         ] {
             assert_eq!(precision(query).unwrap(), want, "{query}");
+        }
+    }
+
+    #[test]
+    fn a_registry_on_an_output_that_writes_no_avro_is_refused() {
+        let table = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false),
+        ]));
+        let catalog = ubik_engine::Catalog::new().with_table("t", table);
+        let plan =
+            ubik_engine::plan_query("SELECT x FROM t", &catalog, Default::default()).unwrap();
+        for query in [
+            "registry=http://r:8081",
+            "format=json-connect&registry=http://r:8081",
+        ] {
+            let sink = SinkSpec::Kafka(format!("kafka://b:9092/out?{query}"));
+            let e = sink_encoder(&sink, &BTreeMap::new(), &plan)
+                .err()
+                .expect(query)
+                .to_string();
+            assert!(e.contains("registry= is for format=avro"), "{query}: {e}");
         }
     }
 
