@@ -30,7 +30,21 @@ enum Named {
     DebeziumAvro,
 }
 
+/// The format `url` names for a source or an output, refusing one the
+/// other side only has, and a `registry=` beside a format that reads or
+/// writes no Avro.
 fn named(url: &KafkaUrl, output: bool) -> Result<Named> {
+    let named = format_named(url, output)?;
+    if url.registry.is_some() && !matches!(named, Named::Avro | Named::DebeziumAvro) {
+        return Err(RuntimeError::Config(format!(
+            "registry= is for format=avro{}; add one (or drop registry=)",
+            if output { "" } else { " or debezium-avro" }
+        )));
+    }
+    Ok(named)
+}
+
+fn format_named(url: &KafkaUrl, output: bool) -> Result<Named> {
     Ok(match url.format.as_deref() {
         None | Some("json") => Named::Json,
         Some("avro") => Named::Avro,
@@ -72,12 +86,8 @@ fn avro_error(e: AvroError) -> RuntimeError {
     }
 }
 
+/// The registry of a URL [`named`] has checked.
 fn registry(url: &KafkaUrl, settings: &BTreeMap<String, String>) -> Result<Registry> {
-    if !matches!(url.format.as_deref(), Some("avro" | "debezium-avro")) && url.registry.is_some() {
-        return Err(RuntimeError::Config(
-            "registry= is for format=avro or debezium-avro; add one (or drop registry=)".into(),
-        ));
-    }
     Registry::new(url.registry.as_deref(), settings).map_err(avro_error)
 }
 
@@ -111,12 +121,7 @@ pub fn source_decoder(
         Named::Avro => Ok(Some(
             ubik_avro::topic_decoder(registry(&url, settings)?, &url.topic).map_err(avro_error)?,
         )),
-        _ => {
-            if url.registry.is_some() {
-                registry(&url, settings)?;
-            }
-            Ok(None)
-        }
+        _ => Ok(None),
     }
 }
 
@@ -250,10 +255,6 @@ pub fn sink_encoder(
     let url = kafka_url(url)?;
     let named = named(&url, true)?;
     let precision = output_precision(&url, named)?;
-    if named != Named::Avro && url.registry.is_some() {
-        // Refused as on a source, not ignored.
-        registry(&url, settings)?;
-    }
     Ok(match named {
         // named() refuses a source-only format on an output.
         Named::Json | Named::DebeziumJson | Named::DebeziumAvro => {

@@ -444,13 +444,16 @@ pub fn run_group(spec: &PipelineSpec, mut opts: RunOptions<'_>) -> Result<RunEnd
         // OPEN_AT_ONCE per round (a member's usual share, so in one wait),
         // then the member serves the group protocol again.
         let now = Instant::now();
-        if !stop && opening.iter().any(|k| open_due(&retry, k, now)) {
-            let batch: Vec<TaskKind> = opening
+        let batch: Vec<TaskKind> = match stop {
+            true => Vec::new(),
+            false => opening
                 .iter()
                 .copied()
                 .filter(|k| open_due(&retry, k, now))
                 .take(OPEN_AT_ONCE)
-                .collect();
+                .collect(),
+        };
+        if !batch.is_empty() {
             for kind in &batch {
                 opening.remove(kind);
             }
