@@ -20,6 +20,11 @@ use crate::error::Result;
 use crate::state::keyed::Evicted;
 use crate::state::{KeyedRows, SharedStore, Upsert};
 
+/// Keys whose slots are read ahead of their changes at a time: enough
+/// lookups to overlap their cache misses, few enough that the slots stay in
+/// the core's cache until changed.
+const WARM_BLOCK: usize = 256;
+
 /// The column marking rows taken back out (true) among rows put in.
 pub const RETRACT_COLUMN: &str = "__ubik_retract";
 
@@ -160,6 +165,10 @@ impl TableRows {
         self.current
             .load((0..batch.num_rows()).map(|i| keys.row(i).data()))?;
         for (i, put) in put.iter_mut().enumerate() {
+            if i % WARM_BLOCK == 0 {
+                let block = i..(i + WARM_BLOCK).min(batch.num_rows());
+                self.current.warm(block.map(|j| keys.row(j).data()));
+            }
             let key = keys.row(i);
             let key = key.data();
             let replaced = match (&rows, deleted.get(i).copied().unwrap_or(false)) {
