@@ -11,6 +11,7 @@
 //!   it is written, so a lookup never finds its old row;
 //! - [`KeyedRows::persist`] writes what changed since the last checkpoint.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -37,8 +38,9 @@ type Row = InlineBytes<46>;
 struct Slot {
     /// The key's row; `None`: deleted, and the store not told yet.
     row: Option<Row>,
-    /// Changed since last written to the store.
-    changed: bool,
+    /// Changed since last written to the store (a cell: a checkpoint
+    /// clears it through the references it wrote the rows from).
+    changed: Cell<bool>,
     /// The batch that last touched it (eviction order).
     used: u32,
 }
@@ -150,7 +152,7 @@ impl KeyedRows {
             self.live += 1;
             let slot = Slot {
                 row: Some(row),
-                changed: false,
+                changed: Cell::new(false),
                 used: self.clock,
             };
             self.current.insert(missing[i].into(), slot);
@@ -184,13 +186,13 @@ impl KeyedRows {
                         old.extend_from_slice(row);
                         self.bytes = (self.bytes + new.len()).saturating_sub(row.len());
                         row.set(new);
-                        slot.changed = true;
+                        slot.changed.set(true);
                         Upsert::Replaced
                     }
                     None => {
                         self.bytes += new.len();
                         slot.row = Some(Row::new(new));
-                        slot.changed = true;
+                        slot.changed.set(true);
                         self.live += 1;
                         Upsert::Inserted
                     }
@@ -201,7 +203,7 @@ impl KeyedRows {
                 self.live += 1;
                 let slot = Slot {
                     row: Some(Row::new(new)),
-                    changed: true,
+                    changed: Cell::new(true),
                     used: clock,
                 };
                 self.current.insert(key.into(), slot);
@@ -224,7 +226,7 @@ impl KeyedRows {
         self.bytes = self.bytes.saturating_sub(row.len());
         match tombstone {
             true => {
-                slot.changed = true;
+                slot.changed.set(true);
                 slot.used = self.clock;
             }
             false => {
@@ -237,27 +239,28 @@ impl KeyedRows {
 
     /// Writes the keys changed since they were last written to the store
     /// (a checkpoint's part of these rows); returns the bytes written.
-    /// One pass over the table finds them and one clears their marks: with
-    /// many keys a lookup per changed key would miss the cache each time.
+    /// One pass over the table finds them, and their marks are cleared
+    /// through the references found: with many keys a lookup per changed
+    /// key would miss the cache each time. Only written tombstones, which
+    /// leave memory, are looked up again.
     pub fn persist(&mut self) -> Result<u64> {
         let Some(backing) = self.backing.as_mut() else {
             return Ok(0);
         };
         let mut changed = Entries::default();
-        for (key, slot) in self.current.iter().filter(|(_, s)| s.changed) {
+        for (key, slot) in self.current.iter().filter(|(_, s)| s.changed.get()) {
             changed.push(key, slot);
         }
         let bytes = changed.write(backing, &self.rows)?;
-        // Written: the store knows the tombstones, which leave memory.
-        let mut dropped = 0;
-        self.current.retain(|key, slot| {
-            if !std::mem::take(&mut slot.changed) || slot.row.is_some() {
-                return true;
-            }
-            dropped += key.len() + OVERHEAD;
-            false
-        });
-        self.bytes = self.bytes.saturating_sub(dropped);
+        changed
+            .slots
+            .iter()
+            .for_each(|slot| slot.changed.set(false));
+        let tombstones: Vec<InlineBytes> = changed.gone.iter().map(|&k| k.into()).collect();
+        for key in &tombstones {
+            self.current.remove(key.as_ref());
+            self.bytes = self.bytes.saturating_sub(key.len() + OVERHEAD);
+        }
         Ok(bytes)
     }
 
@@ -277,7 +280,7 @@ impl KeyedRows {
         let threshold = *uses.select_nth_unstable(cut).1;
         let mut written = Entries::default();
         for (key, slot) in self.current.iter().filter(|(_, s)| s.used <= threshold) {
-            if slot.changed {
+            if slot.changed.get() {
                 written.push(key, slot);
             }
         }
@@ -360,6 +363,8 @@ impl KeyedRows {
 /// Keys to write to the store, with their rows (a tombstone: none).
 #[derive(Default)]
 struct Entries<'a> {
+    /// The slots of the keys, live and gone.
+    slots: Vec<&'a Slot>,
     live: Vec<&'a [u8]>,
     rows: Vec<&'a [u8]>,
     gone: Vec<&'a [u8]>,
@@ -367,6 +372,7 @@ struct Entries<'a> {
 
 impl<'a> Entries<'a> {
     fn push(&mut self, key: &'a InlineBytes, slot: &'a Slot) {
+        self.slots.push(slot);
         match &slot.row {
             Some(row) => {
                 self.live.push(key);
@@ -377,7 +383,7 @@ impl<'a> Entries<'a> {
     }
 
     fn len(&self) -> usize {
-        self.live.len() + self.gone.len()
+        self.slots.len()
     }
 
     /// Writes the rows and tombstones to `backing`'s table; returns the
@@ -419,6 +425,22 @@ mod tests {
     use arrow::datatypes::{DataType, Field};
     use arrow::row::Rows;
 
+    fn id_and_name() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]))
+    }
+
+    /// Rows of `schema` with a temporary store in `dir` behind them.
+    fn stored(schema: &SchemaRef, dir: &tempfile::TempDir) -> KeyedRows {
+        let store = SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default());
+        KeyedRows::new(Arc::clone(schema))
+            .unwrap()
+            .with_store(store, "t")
+            .unwrap()
+    }
+
     fn rows(schema: &SchemaRef, ids: &[i64], names: &[&str]) -> Rows {
         let batch = RecordBatch::try_new(
             Arc::clone(schema),
@@ -445,15 +467,8 @@ mod tests {
     #[test]
     fn evicted_rows_come_back_and_deletions_hide_stored_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, true),
-        ]));
-        let store = SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default());
-        let mut spilled = KeyedRows::new(Arc::clone(&schema))
-            .unwrap()
-            .with_store(store, "t")
-            .unwrap();
+        let schema = id_and_name();
+        let mut spilled = stored(&schema, &dir);
         let mut memory = KeyedRows::new(Arc::clone(&schema)).unwrap();
         let first = rows(&schema, &[1, 2, 3], &["a", "b", "c"]);
         for table in [&mut spilled, &mut memory] {
@@ -497,15 +512,8 @@ mod tests {
     #[test]
     fn persist_writes_what_changed_and_forgets_written_tombstones() {
         let dir = tempfile::tempdir().unwrap();
-        let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, false),
-            Field::new("name", DataType::Utf8, true),
-        ]));
-        let store = SharedStore::temporary(Some(dir.path().to_path_buf()), Default::default());
-        let mut table = KeyedRows::new(Arc::clone(&schema))
-            .unwrap()
-            .with_store(store, "t")
-            .unwrap();
+        let schema = id_and_name();
+        let mut table = stored(&schema, &dir);
         let first = rows(&schema, &[1, 2, 3], &["a", "b", "c"]);
         table.tick();
         for i in 0..3 {
